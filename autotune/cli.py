@@ -1,0 +1,94 @@
+"""Argument grammar only: `autotune tune RUN key=value ... [smoke]`. Each subcommand calls one function."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import AutotuneError, JobError
+from .job import JOB_KEYS
+from .knobs import CATALOG
+from .presets import PRESETS
+
+TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items()) + (
+    "\n\nstarting config (the baseline; default is the naive one: micro-batch 1, pad to max_len, fp32, eager):\n"
+    + "\n".join(f"  {k:<28} {v.help}" for k, v in CATALOG.items())
+    + "\n  gradient_accumulation_steps  alternative to per_device_train_batch_size"
+    + "\n\nmodes:\n  smoke            CPU dry run on a tiny model of the job's architecture; with nothing else,\n"
+    "                   the built-in demo (" + next(iter(PRESETS)) + "-sized model, synthetic data)\n"
+    "\nexamples:\n  autotune tune demo smoke\n"
+    "  autotune tune qwen model=Qwen/Qwen2.5-0.5B dataset=tatsu-lab/alpaca max_len=2048 effective_batch=16 time=2h")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autotune", description="Makes a single-GPU fine-tuning job faster by "
+                                     "experiment: measure a baseline, change one setting at a time, keep what is "
+                                     "faster beyond noise and trains the same thing.")
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    tune = commands.add_parser("tune", help="run the whole loop on a job",
+                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TUNE_EPILOG,
+                               usage="autotune tune RUN key=value ... [smoke]")
+    tune.add_argument("run", metavar="RUN", help="name of the run; outputs go to runs/RUN/")
+    tune.add_argument("words", nargs="*", metavar="key=value", help="the job (see keys below)")
+    tune.add_argument("--runs-dir", default=os.environ.get("AUTOTUNE_RUNS", "runs"), help="where run folders go")
+    return parser
+
+
+def _inject_from_env() -> dict[int, str]:
+    """AUTOTUNE_TEST_INJECT="3:oom,4:crash": a fault in a trial, for end-to-end tests of the states."""
+    text = os.environ.get("AUTOTUNE_TEST_INJECT", "")
+    pairs = (item.split(":", 1) for item in text.split(",") if item)
+    return {int(number): fault for number, fault in pairs}
+
+
+def tune(run: str, words: list[str], runs_dir: str) -> int:
+    from .executors import get_executor
+    from .job import job_from_words
+    from .report import write_best_config, write_report, write_results_tsv
+
+    job, modes = job_from_words(run, words)
+    if "resume" in modes or "review" in modes:
+        raise JobError("resume and review are not available in this version; start a new RUN")
+    executor = get_executor(job.host)
+    from .display import Progress
+    from .tuner import Tuner
+
+    display = Progress()
+    tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env())
+    try:
+        outcome = tuner.run()
+    finally:
+        display.close()
+    write_results_tsv(tuner.folder, outcome.records)
+    config = write_best_config(tuner.folder, job, outcome.best.knobs)
+    write_report(tuner.folder, job, outcome, config)
+    display.final_table(outcome, str(tuner.folder.path))
+    display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return tune(args.run, args.words, args.runs_dir)
+    except JobError as error:
+        print(f"autotune: {error}", file=sys.stderr)
+        return 2
+    except AutotuneError as error:
+        print(f"autotune: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("autotune: interrupted; the trials recorded so far are in the run folder", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

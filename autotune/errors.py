@@ -1,0 +1,13 @@
+"""The one error family. Expected trial outcomes (OOM, crash, timeout, NaN) are states, not errors."""
+
+
+class AutotuneError(Exception):
+    """A real error: something autotune cannot go on from."""
+
+
+class JobError(AutotuneError):
+    """Bad user input. The message is one line naming the key and the accepted form."""
+
+
+class RecordError(AutotuneError):
+    """A record failed its schema, or a stored file is torn or corrupt."""

@@ -1,0 +1,220 @@
+"""Job: what is tuned. Parsed from `key=value` words, validated on construction.
+
+Every bad input raises `JobError` with one line that names the key and the accepted form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import JobError
+from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
+from .presets import DEMO_PRESET, PRESETS
+
+MODES = ("smoke", "resume", "review")
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
+JOB_KEYS = {
+    "model": "a built-in preset (" + ", ".join(PRESETS) + "), a hub id like Qwen/Qwen2.5-0.5B, or a local folder",
+    "dataset": "synthetic, a hub id like tatsu-lab/alpaca[:config], or a local .jsonl/.json/.parquet/.csv/.txt file",
+    "max_len": "a whole number of tokens >= 8, for example max_len=2048",
+    "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
+    "method": "sft or lora",
+    "host": "local, or user@host[:port] for a GPU box over SSH",
+    "gpu": "a label for the record, for example gpu=4090",
+    "max_trials": "a whole number >= 1, for example max_trials=20",
+    "time": "a duration like 90s, 30m, 2h or 1h30m",
+    "kb": "a folder for the knowledge base, for example kb=~/.autotune/kb",
+    "weights": "pretrained or random (throughput does not need trained weights)",
+    "seed": "a whole number, for example seed=0",
+}
+REQUIRED = ("model", "dataset", "max_len", "effective_batch")
+# What `smoke` fills in when a key is missing: the embedded default job.
+SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512", "effective_batch": "16"}
+# A smoke run checks a setup in minutes: without `time=`, this is its budget.
+SMOKE_TIME_BUDGET_S = 180
+_HOST = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+(:\d{1,5})?$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$")
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+@dataclass(frozen=True)
+class Job:
+    run: str
+    model: str
+    dataset: str
+    max_len: int
+    effective_batch: int
+    method: str = "sft"
+    host: str = "local"
+    gpu: str = ""
+    max_trials: int | None = None
+    time_budget_s: int | None = None
+    kb: str = ""
+    weights: str = "pretrained"
+    seed: int = 0
+    smoke: bool = False
+    start: Knobs = field(default_factory=Knobs)
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", self.run):
+            raise JobError(f"run name {self.run!r}: use letters, digits, '.', '_' or '-' (it names runs/RUN/)")
+        if self.max_len < 8:
+            raise JobError(f"max_len={self.max_len}: expected {JOB_KEYS['max_len']}")
+        if self.effective_batch < 1:
+            raise JobError(f"effective_batch={self.effective_batch}: expected {JOB_KEYS['effective_batch']}")
+        if self.method not in ("sft", "lora"):
+            raise JobError(f"method={self.method!r}: expected {JOB_KEYS['method']}")
+        if self.weights not in ("pretrained", "random"):
+            raise JobError(f"weights={self.weights!r}: expected {JOB_KEYS['weights']}")
+        micro = self.start.per_device_train_batch_size
+        if self.effective_batch % micro:
+            raise JobError(
+                f"per_device_train_batch_size={micro} does not divide effective_batch={self.effective_batch}: "
+                "pick a divisor, accumulation makes up the rest")
+
+    @property
+    def is_preset(self) -> bool:
+        return self.model in PRESETS
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["start"] = self.start.to_dict()
+        data["schema_version"] = 1
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Job":
+        values = {k: v for k, v in data.items() if k != "schema_version"}
+        values["start"] = Knobs.from_dict(values.get("start", {}))
+        return cls(**values)
+
+
+def parse_duration(text: str) -> int:
+    match = _DURATION.match(text.strip())
+    if not text.strip() or not match or not any(match.groups()):
+        raise JobError(f"time={text!r}: expected {JOB_KEYS['time']}")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise JobError(f"time={text!r}: the budget must be longer than 0 seconds")
+    return total
+
+
+def _whole(key: str, text: str, minimum: int) -> int:
+    if not re.fullmatch(r"\d+", text.strip()) or int(text) < minimum:
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
+    return int(text)
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
+
+
+def check_model(value: str) -> None:
+    if value in PRESETS:
+        return
+    path = Path(value).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise JobError(f"model={value!r}: the folder has no config.json; expected {JOB_KEYS['model']}")
+        return
+    if _looks_like_path(value):
+        raise JobError(f"model={value!r}: no such folder; expected {JOB_KEYS['model']}")
+    if not _HUB_ID.match(value):
+        raise JobError(f"model={value!r}: not a hub id; expected {JOB_KEYS['model']}")
+
+
+def check_dataset(value: str) -> None:
+    if value == "synthetic":
+        return
+    path = Path(value).expanduser()
+    if path.suffix.lower() in DATA_SUFFIXES or _looks_like_path(value):
+        if not path.exists():
+            raise JobError(f"dataset={value!r}: no such file; expected {JOB_KEYS['dataset']}")
+        return
+    if path.is_dir():
+        return
+    hub_id = value.split(":", 1)[0]
+    if not _HUB_ID.match(hub_id) or value.count(":") > 1:
+        raise JobError(f"dataset={value!r}: not a hub id or file; expected {JOB_KEYS['dataset']}")
+
+
+def parse_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Split `key=value` words from mode words; reject repeats and strays."""
+    pairs: dict[str, str] = {}
+    modes: list[str] = []
+    for word in words:
+        if "=" not in word:
+            if word in MODES:
+                if word in modes:
+                    raise JobError(f"'{word}' is given twice; give it once")
+                modes.append(word)
+                continue
+            raise JobError(f"{word!r}: expected key=value or one of {', '.join(MODES)}")
+        key, value = word.split("=", 1)
+        if key in pairs:
+            raise JobError(f"key '{key}' is given twice ({key}={pairs[key]!r} and {key}={value!r}); give it once")
+        if key not in JOB_KEYS and key not in CATALOG and key != "gradient_accumulation_steps":
+            raise JobError(f"unknown key '{key}'; accepted keys: {', '.join(list(JOB_KEYS) + list(CATALOG))}")
+        if value == "":
+            raise JobError(f"{key}= is empty; expected {JOB_KEYS.get(key, 'a value')}")
+        pairs[key] = value
+    return pairs, modes
+
+
+def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
+    """The job and the mode words (smoke, resume, review) of `autotune tune RUN key=value ...`."""
+    pairs, modes = parse_words(words)
+    smoke = "smoke" in modes
+    if smoke:
+        pairs = {**SMOKE_DEFAULTS, **pairs}
+    for key in REQUIRED:
+        if key not in pairs:
+            raise JobError(f"missing required key '{key}': expected {key}=<{JOB_KEYS[key]}> (or add 'smoke' for the built-in demo job)")
+    check_model(pairs["model"])
+    check_dataset(pairs["dataset"])
+    host = pairs.get("host", "local")
+    if host != "local" and not _HOST.match(host):
+        raise JobError(f"host={host!r}: expected {JOB_KEYS['host']}")
+    effective_batch = _whole("effective_batch", pairs["effective_batch"], 1)
+    start = dict(NAIVE_START)
+    for key, text in pairs.items():
+        if key in CATALOG:
+            start[key] = parse_knob_value(key, text)
+    if "gradient_accumulation_steps" in pairs:
+        accumulation = _whole_knob("gradient_accumulation_steps", pairs["gradient_accumulation_steps"])
+        if effective_batch % accumulation:
+            raise JobError(f"gradient_accumulation_steps={accumulation} does not divide effective_batch={effective_batch}")
+        micro = effective_batch // accumulation
+        if "per_device_train_batch_size" in pairs and start["per_device_train_batch_size"] != micro:
+            raise JobError("per_device_train_batch_size x gradient_accumulation_steps must equal effective_batch; give one of them")
+        start["per_device_train_batch_size"] = micro
+    job = Job(
+        run=run,
+        model=pairs["model"],
+        dataset=pairs["dataset"],
+        max_len=_whole("max_len", pairs["max_len"], 8),
+        effective_batch=effective_batch,
+        method=pairs.get("method", "sft"),
+        host=host,
+        gpu=pairs.get("gpu", ""),
+        max_trials=_whole("max_trials", pairs["max_trials"], 1) if "max_trials" in pairs else None,
+        time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
+        kb=pairs.get("kb", ""),
+        weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
+        seed=_whole("seed", pairs.get("seed", "0"), 0),
+        smoke=smoke,
+        start=Knobs(**start),
+    )
+    return job, modes
+
+
+def _whole_knob(key: str, text: str) -> int:
+    if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
+        raise JobError(f"{key}={text!r}: expected a whole number >= 1")
+    return int(text)

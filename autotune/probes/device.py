@@ -1,0 +1,124 @@
+"""What this device and install can do: the facts that decide which knobs are tried.
+
+Runs in the child process only; the parent never initialises CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from typing import Any
+
+
+def pick_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _fused_adamw_works(device: str) -> bool:
+    import torch
+
+    try:
+        param = torch.nn.Parameter(torch.ones(4, device=device))
+        optimizer = torch.optim.AdamW([param], fused=True)
+        param.grad = torch.ones_like(param)
+        optimizer.step()
+        return True
+    except (RuntimeError, TypeError, ValueError):
+        return False
+
+
+def _compile_support(device: str) -> tuple[bool, str]:
+    import torch
+
+    if not hasattr(torch, "compile"):
+        return False, "this torch has no torch.compile"
+    if device == "cpu" and not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+        return False, "torch.compile on the CPU needs a C++ compiler (none on PATH)"
+    if device == "cuda":  # CUDA-only
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return False, "torch.compile on CUDA needs triton (not installed)"
+    return True, ""
+
+
+def device_facts(device: str) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    compile_ok, compile_reason = _compile_support(device)
+    facts: dict[str, Any] = {
+        "kind": device, "cpu_count": os.cpu_count() or 1, "compile": compile_ok, "compile_reason": compile_reason,
+        "fused_adamw": _fused_adamw_works(device), "torch": torch.__version__,
+        "transformers": transformers.__version__, "python": platform.python_version(),
+    }
+    if device == "cuda":  # CUDA-only
+        props = torch.cuda.get_device_properties(0)
+        major, _ = torch.cuda.get_device_capability(0)
+        try:
+            import flash_attn  # noqa: F401
+            flash = True
+        except ImportError:
+            flash = False
+        facts.update(name=props.name, memory_bytes=int(props.total_memory), bf16=torch.cuda.is_bf16_supported(),
+                     fp16=True, tf32=major >= 8, flash_attn=flash, cuda=torch.version.cuda,
+                     capability=".".join(map(str, torch.cuda.get_device_capability(0))))
+    else:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        facts.update(name=_cpu_name(), memory_bytes=int(memory), bf16=True, fp16=False, tf32=False,
+                     flash_attn=False)
+    speeds = precision_speeds(device)
+    facts["matmul_tflops"] = speeds
+    for half in ("bf16", "fp16"):
+        if facts.get(half) and speeds.get(half, 0.0) < speeds["fp32"]:
+            facts[half] = False
+            facts[f"{half}_reason"] = (f"measured {half} matmuls at {speeds.get(half, 0.0):.3g} TFLOP/s, slower than "
+                                       f"fp32 at {speeds['fp32']:.3g}: this device emulates {half}")
+    return facts
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def matmul_tflops(device: str, dtype_name: str, size: int, repeats: int = 3) -> float:
+    """Measured matmul throughput of one precision (best of `repeats`, after a warm-up product)."""
+    import time
+
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        if device == "cuda":  # CUDA-only
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        if device == "cuda":  # CUDA-only
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size ** 3 / best / 1e12
+
+
+def precision_speeds(device: str) -> dict[str, float]:
+    """fp32 against half-precision matmul throughput: a half precision slower than fp32 (a CPU that
+    emulates bf16) cannot make training faster, so it is not tried."""
+    size = 2048 if device == "cuda" else 512
+    speeds = {"fp32": matmul_tflops(device, "fp32", size)}
+    for name in ("bf16", "fp16") if device == "cuda" else ("bf16",):
+        try:
+            speeds[name] = matmul_tflops(device, name, size)
+        except RuntimeError:
+            speeds[name] = 0.0
+    return {k: round(v, 4) for k, v in speeds.items()}

@@ -1,0 +1,65 @@
+"""The run folder `runs/RUN/`: job.json, experiments.jsonl (append-only, validated), state.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from .errors import RecordError
+from .runners.common import write_json_atomic
+from .schemas import validate
+
+
+class RunFolder:
+    def __init__(self, root: Path, run: str) -> None:
+        self.path = Path(root) / run
+        self.job = self.path / "job.json"
+        self.experiments = self.path / "experiments.jsonl"
+        self.results = self.path / "results.tsv"
+        self.best = self.path / "best_config.json"
+        self.report = self.path / "report.md"
+        self.state = self.path / "state.json"
+        self.frame = self.path / "frame.json"
+        self.rows = self.path / "rows.json"
+
+    def trial_dir(self, name: str) -> Path:
+        return self.path / "trials" / name
+
+    def create(self, job: dict[str, Any]) -> None:
+        if self.experiments.exists() and self.experiments.stat().st_size:
+            raise RecordError(f"{self.path} already holds a run; pick another RUN name or remove the folder")
+        self.path.mkdir(parents=True, exist_ok=True)
+        validate("job", job, str(self.job))
+        write_json_atomic(self.job, job)
+
+    def append_experiment(self, record: dict[str, Any]) -> None:
+        """One validated line; written with one write() on an O_APPEND file, then fsync'd."""
+        record = {**record, "schema_version": 1, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        validate("experiment", record, str(self.experiments))
+        line = (json.dumps(record) + "\n").encode()
+        fd = os.open(self.experiments, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read_experiments(self) -> list[dict[str, Any]]:
+        records = []
+        if not self.experiments.exists():
+            return records
+        for number, line in enumerate(self.experiments.read_text().splitlines(), 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise RecordError(f"{self.experiments}:{number} is torn or corrupt ({error.msg}); "
+                                  "remove that line to recover the rest") from error
+            validate("experiment", record, f"{self.experiments}:{number}")
+            records.append(record)
+        return records
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        write_json_atomic(self.state, {"schema_version": 1, **state})

@@ -1,0 +1,139 @@
+"""What a user reads after a run: results.tsv, best_config.json (with a ready-to-run command), report.md."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from .job import Job
+from .knobs import Knobs
+from .records import RunFolder
+from .runners.common import write_json_atomic
+
+TSV_COLUMNS = ("trial", "change", "state", "decision", "samples_per_s", "tokens_per_s", "ratio", "peak_mem_mib",
+               "reason")
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def write_results_tsv(folder: RunFolder, records: list[dict[str, Any]]) -> None:
+    lines = ["\t".join(TSV_COLUMNS)]
+    for r in records:
+        peak = r.get("peak_memory_bytes")
+        cells = (r["trial"], r["change"] or "(baseline)", r["state"], r["decision"], r["samples_per_s"],
+                 r.get("tokens_per_s"), r["ratio"], peak / 2**20 if peak else None, r["reason"].replace("\t", " "))
+        lines.append("\t".join(_fmt(c) for c in cells))
+    folder.results.write_text("\n".join(lines) + "\n")
+
+
+def trainer_kwargs(job: Job, knobs: Knobs) -> dict[str, dict[str, Any]]:
+    """The best config in the names `TrainingArguments`, TRL `SFTConfig` and `from_pretrained` take."""
+    args: dict[str, Any] = {
+        "per_device_train_batch_size": knobs.per_device_train_batch_size,
+        "gradient_accumulation_steps": knobs.accumulation(job.effective_batch),
+    }
+    if knobs.precision in ("bf16", "fp16", "tf32"):
+        args[knobs.precision] = True
+    for name in ("gradient_checkpointing", "torch_compile", "dataloader_pin_memory"):
+        if getattr(knobs, name):
+            args[name] = True
+    args["dataloader_num_workers"] = knobs.dataloader_num_workers
+    args["optim"] = knobs.optim
+    if knobs.group_by_length:
+        args["train_sampling_strategy"] = "group_by_length"
+    sft = {"max_length": job.max_len}
+    if knobs.padding == "padding_free":
+        sft["padding_free"] = True
+    elif knobs.padding == "max_length":
+        sft["pad_to_multiple_of"] = job.max_len
+    return {"training_arguments": args, "sft_config": sft,
+            "from_pretrained": {"attn_implementation": knobs.attn_implementation}}
+
+
+def trl_command(job: Job, knobs: Knobs) -> str:
+    kwargs = trainer_kwargs(job, knobs)
+    words = ["trl", "sft", "--model_name_or_path", job.model, "--dataset_name", job.dataset.split(":")[0]]
+    if ":" in job.dataset:
+        words += ["--dataset_config", job.dataset.split(":", 1)[1]]
+    merged = {**kwargs["sft_config"], **kwargs["training_arguments"], **kwargs["from_pretrained"]}
+    if job.method == "lora":
+        merged["use_peft"] = True
+    for name, value in merged.items():
+        words += [f"--{name}", str(value)]
+    return shlex.join(words)
+
+
+def caveats(knobs: Knobs) -> list[str]:
+    notes = []
+    if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2":
+        notes.append("padding_free was measured with a block-diagonal attention mask (rows never see each other). "
+                     "TRL's padding-free collator passes only position_ids, which is correct only with "
+                     "flash_attention_2; with sdpa or eager use autotune's collator or switch to flash attention.")
+    return notes
+
+
+def best_config(job: Job, knobs: Knobs) -> dict[str, Any]:
+    return {"schema_version": 1, "knobs": knobs.to_dict(), **trainer_kwargs(job, knobs),
+            "command": trl_command(job, knobs), "caveats": caveats(knobs)}
+
+
+def write_best_config(folder: RunFolder, job: Job, knobs: Knobs) -> dict[str, Any]:
+    config = best_config(job, knobs)
+    write_json_atomic(folder.best, config)
+    return config
+
+
+def _frame_lines(frame: dict[str, Any]) -> list[str]:
+    device, model, data = frame["device"], frame["model"], frame["data"]
+    memory = device.get("memory_bytes", 0) / 2**30
+    speeds = ", ".join(f"{k} {v:.3g}" for k, v in device.get("matmul_tflops", {}).items())
+    return [
+        f"- device: {device['kind']} {device.get('name', '')}, {memory:.1f} GiB; matmul TFLOP/s measured: {speeds}",
+        f"- software: torch {device.get('torch')}, transformers {device.get('transformers')}, "
+        f"python {device.get('python')}",
+        f"- model: {model['source']}: {model['model_type']}, {model['params']:,} parameters "
+        f"({model['trainable_params']:,} trainable), {model['layers']} layers, hidden {model['hidden']}, "
+        f"vocab {model['vocab']}",
+        f"- data: {data['dataset']}: median {data['p50_len']} tokens (p10 {data['p10_len']}, p90 {data['p90_len']}, "
+        f"max {data['max_seen_len']}); padding share at max_len {data['padding_share']:.0%}; "
+        f"{data['truncated_share']:.0%} of rows truncated",
+    ]
+
+
+def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
+    baseline = outcome.baseline["samples_per_s"]
+    best = outcome.best.speed
+    lines = [f"# autotune run `{job.run}`", "",
+             f"Job: model `{job.model}`, dataset `{job.dataset}`, max_len {job.max_len}, "
+             f"effective_batch {job.effective_batch}, method {job.method}, host {job.host}"
+             + (", smoke (CPU dry run)" if job.smoke else "") + ".", "", "## Frame", ""]
+    lines += _frame_lines(outcome.frame)
+    lines += ["", "## Result", "",
+              f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.1%})",
+              f"- best: {best:.3f} samples/s, **x{best / baseline:.2f}** the baseline (trial {outcome.best.trial})",
+              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s", "",
+              "## Trials", "",
+              "| # | change | state | decision | samples/s | tokens/s | ratio | peak MiB | reason |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in outcome.records:
+        peak = r.get("peak_memory_bytes")
+        lines.append("| " + " | ".join(_fmt(c, 2) for c in (
+            r["trial"], f"`{r['change']}`" if r["change"] else "baseline", r["state"], r["decision"],
+            r["samples_per_s"], r.get("tokens_per_s"), r["ratio"], peak / 2**20 if peak else None,
+            r["reason"].replace("|", "/"))) + " |")
+    if outcome.skipped:
+        lines += ["", "## Not tried on this device or install", ""]
+        lines += [f"- `{change}`: {why}" for change, why in outcome.skipped]
+    lines += ["", "## Best config", "", "TrainingArguments / SFTConfig keyword arguments:", "", "```python",
+              f"TrainingArguments(**{config['training_arguments']})",
+              f"SFTConfig(**{{**{config['training_arguments']}, **{config['sft_config']}}})",
+              f"AutoModelForCausalLM.from_pretrained(model, **{config['from_pretrained']})", "```", "",
+              "Ready to run:", "", "```bash", config["command"], "```"]
+    lines += [f"\nNote: {note}" for note in config["caveats"]]
+    folder.report.write_text("\n".join(lines) + "\n")

@@ -1,0 +1,104 @@
+"""Built-in Hugging Face runner: `python -m autotune.runners.hf SPEC RESULT`.
+
+`kind=frame` sizes up the job (device, model, data) and writes the run's rows file;
+`kind=trial` trains parity + warm-up + measured steps with one config and reports the measurement.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from . import common
+
+# Rows the frame samples for the length spread of a real dataset.
+FRAME_SAMPLE_ROWS = 2000
+
+
+def _setup(spec: dict[str, Any]) -> str:
+    import torch
+
+    from ..probes.device import pick_device
+
+    torch.manual_seed(spec["job"].get("seed", 0))
+    torch.use_deterministic_algorithms(False)
+    return "cpu" if spec["job"].get("smoke") else pick_device()
+
+
+def frame(spec: dict[str, Any]) -> dict[str, Any]:
+    from ..probes.device import device_facts
+    from .data import length_facts, load_examples, synthetic_rows, tokenize_rows, write_rows
+    from .models import build_model, load_tokenizer, model_facts, resolve_config
+
+    job, device = spec["job"], _setup(spec)
+    config, source = resolve_config(job)
+    model = build_model(job, spec["knobs"], device)
+    needed = spec["rows_needed"]
+    if job["dataset"] == "synthetic":
+        vocab = config.vocab_size
+        sample = synthetic_rows(max(needed, FRAME_SAMPLE_ROWS), job["max_len"], vocab, job.get("seed", 0))
+        pad_id = 0
+    else:
+        tokenizer = load_tokenizer(job)
+        examples = load_examples(job["dataset"], job.get("seed", 0), max(needed, FRAME_SAMPLE_ROWS))
+        sample = tokenize_rows(examples, tokenizer, job["max_len"])
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+        vocab = config.vocab_size
+    # Small datasets repeat, so every trial still has the rows it needs in one seeded order.
+    rows = [sample[i % len(sample)] for i in range(needed)]
+    write_rows(Path(spec["rows_path"]), rows, pad_id, vocab)
+    return {"frame": {"device": device_facts(device), "model": {**model_facts(model, config), "source": source},
+                      "data": {**length_facts(sample, job["max_len"]), "rows_available": len(sample),
+                               "dataset": job["dataset"]}}}
+
+
+def trial(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from ..probes import memory
+    from ..probes.timing import median
+    from .data import read_rows
+    from .models import build_model
+    from .train import Engine, run_steps, worst_case_peak
+
+    job, knobs, device = dict(spec["job"]), spec["knobs"], _setup(spec)
+    common.inject_early_fault(spec.get("inject_fault"))
+    stored = read_rows(Path(spec["rows_path"]))
+    job["pad_id"] = stored["pad_id"]
+    model = build_model(job, knobs, device)
+    engine = Engine(model, knobs, device)
+    memory.reset_peak(device)
+    log = run_steps(engine, stored["rows"], knobs, job, spec["measure_steps"], spec["warmup_max"],
+                    inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False))
+    peak = memory.read_peak(device)
+    # Every trial times the same rows, so total rows (and real tokens) over total time compare fairly
+    # even where a knob reorders rows between steps (group_by_length).
+    measured_s = sum(log.times)
+    measurement: dict[str, Any] = {
+        "device": device,
+        "samples_per_s": job["effective_batch"] * len(log.times) / measured_s,
+        "tokens_per_s": sum(log.tokens) / measured_s,
+        "median_step_s": median(log.times),
+        "step_times_s": [round(t, 6) for t in log.times],
+        "warmup_times_s": [round(t, 6) for t in log.warmup_times],
+        "real_tokens_per_step": log.tokens,
+        "peak_memory": peak,
+        "parity_losses": log.parity,
+        "final_loss": log.losses[-1],
+        "env": {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+    }
+    if spec.get("ceiling"):
+        measurement["ceiling"] = worst_case_peak(engine, knobs, job, stored["vocab_size"])
+    return {"measurement": measurement}
+
+
+def body(spec: dict[str, Any]) -> dict[str, Any]:
+    return frame(spec) if spec["kind"] == "frame" else trial(spec)
+
+
+if __name__ == "__main__":
+    from .train import TrialFault, is_oom
+
+    common.main(body, is_oom, TrialFault)

@@ -1,0 +1,222 @@
+"""The training engine of a trial: batches by the knobs, timed optimizer steps, parity losses.
+
+Loss normalisation: each micro-batch's summed token losses are divided by the target tokens of the
+whole optimizer step, so the gradient does not depend on the micro-batch / accumulation split
+(transformers PR #34191 is what goes wrong otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from ..probes import memory
+from ..probes.timing import StepTimer, warmed_up
+from .batching import IGNORE, collate, group_by_length, step_plan, worst_case_rows
+
+LEARNING_RATE = 1e-4
+MAX_GRAD_NORM = 1.0
+
+
+class TrialFault(Exception):
+    """An expected end of a trial: carries the state (oom, invalid) and the reason."""
+
+    def __init__(self, state: str, reason: str) -> None:
+        super().__init__(reason)
+        self.state, self.reason = state, reason
+
+
+def is_oom(error: BaseException) -> bool:
+    if isinstance(error, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (RuntimeError, MemoryError)) and (
+        "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError))
+
+
+@dataclass
+class Plan:
+    """Which micro-batches run, in order: two parity steps, warm-up until settled, measured steps."""
+
+    parity: list[list[list[int]]]
+    measured: list[list[list[int]]]
+    warmup_max: int
+    warm: bool = False
+    warmup_run: int = 0
+
+    def items(self, lengths: list[int]) -> Iterator[tuple]:
+        def emit(kind: str, index: int, step: list[list[int]]):
+            targets = sum(lengths[r] - 1 for micro in step for r in micro)
+            for micro in step:
+                yield (kind, index, tuple(micro), targets)
+
+        for index, step in enumerate(self.parity):
+            yield from emit("parity", index, step)
+        # Checked between whole steps: with loader workers prefetching, a step or two more warm-up
+        # may run than strictly needed, never a partial one.
+        while not self.warm and self.warmup_run < self.warmup_max:
+            yield from emit("warmup", self.warmup_run, self.parity[self.warmup_run % len(self.parity)])
+            self.warmup_run += 1
+        for index, step in enumerate(self.measured):
+            yield from emit("measured", index, step)
+
+
+class MicroBatches(torch.utils.data.Dataset):
+    """Collation happens here, so `dataloader_num_workers` moves it off the training process."""
+
+    def __init__(self, rows: list[list[int]], knobs: dict[str, Any], max_len: int, pad_id: int,
+                 leak_packed_rows: bool = False) -> None:
+        self.rows, self.knobs, self.max_len, self.pad_id = rows, knobs, max_len, pad_id
+        self.leak = leak_packed_rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, item: tuple) -> tuple:
+        kind, index, row_ids, targets = item
+        batch = collate([self.rows[r] for r in row_ids], self.knobs["padding"], self.max_len, self.pad_id,
+                        self.knobs["attn_implementation"], self.leak)
+        return kind, index, row_ids, targets, batch
+
+
+@dataclass
+class StepLog:
+    times: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    warmup_times: list[float] = field(default_factory=list)
+    parity: dict[str, list[float]] = field(default_factory=dict)
+    losses: list[float] = field(default_factory=list)
+
+
+class Engine:
+    def __init__(self, model: torch.nn.Module, knobs: dict[str, Any], device: str) -> None:
+        self.model, self.knobs, self.device = model, knobs, device
+        precision = knobs["precision"]
+        if device == "cuda":  # CUDA-only: tf32 is a matmul mode, not an autocast dtype
+            torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+        params = [p for p in model.parameters() if p.requires_grad]
+        fused = knobs["optim"] == "adamw_torch_fused"
+        self.optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0,
+                                           **({"fused": True} if fused else {}))
+        self.forward = torch.compile(model) if knobs["torch_compile"] else model
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
+
+    def micro_step(self, batch: dict[str, Any], step_targets: int) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """Forward and backward of one micro-batch; returns its loss share and per-token losses."""
+        pin = self.knobs["dataloader_pin_memory"] and self.device == "cuda"
+        inputs = {k: batch[k].to(self.device, non_blocking=pin)
+                  for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+        labels = batch["labels"].to(self.device, non_blocking=pin)
+        with self._autocast():
+            logits = self.forward(**inputs).logits
+        token_losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none",
+                                       ignore_index=IGNORE)
+        loss = token_losses.sum() / step_targets
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+        return float(loss.detach()), token_losses.detach(), labels
+
+    def optimizer_step(self) -> None:
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), MAX_GRAD_NORM)
+        if self.scaler:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def synchronize(self) -> None:
+        if self.device == "cuda":  # CUDA-only
+            torch.cuda.synchronize()
+
+
+def _row_losses(token_losses: torch.Tensor, labels: torch.Tensor, slots: torch.Tensor, row_ids: tuple,
+                into: dict[int, float]) -> None:
+    flat_slots = slots.flatten().to(token_losses.device)
+    valid = labels.flatten() != IGNORE
+    for slot, row in enumerate(row_ids):
+        chosen = valid & (flat_slots == slot)
+        into[row] = float(token_losses[chosen].mean()) if chosen.any() else 0.0
+
+
+def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any],
+              measure_steps: int, warmup_max: int, inject: str | None = None,
+              leak_packed_rows: bool = False) -> StepLog:
+    """Parity steps, detected warm-up, then the measured steps; returns their times and losses."""
+    effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
+    lengths = [len(r) for r in rows]
+    parity_ids = list(range(2 * effective_batch))
+    measured_ids = list(range(2 * effective_batch, (2 + measure_steps) * effective_batch))
+    if knobs["group_by_length"]:
+        measured_ids = group_by_length(measured_ids, lengths, micro)
+    plan = Plan(step_plan(parity_ids, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
+                warmup_max)
+    workers = knobs["dataloader_num_workers"]
+    loader = torch.utils.data.DataLoader(
+        MicroBatches(rows, knobs, job["max_len"], job["pad_id"], leak_packed_rows), batch_size=None,
+        sampler=plan.items(lengths), num_workers=workers, collate_fn=lambda item: item,
+        pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
+        persistent_workers=False, prefetch_factor=4 if workers else None)
+    log, timer = StepLog(), StepTimer(engine.synchronize)
+    accumulation = effective_batch // micro
+    parity_losses: dict[str, dict[int, float]] = {"step1": {}, "step2": {}}
+    done_micro, step_loss, step_tokens = 0, 0.0, 0
+    timer.start()
+    for kind, index, row_ids, targets, batch in loader:
+        if inject == "oom" and not log.losses:
+            torch.empty(1 << 50, dtype=torch.uint8, device=engine.device)  # a real allocation failure
+        loss, token_losses, labels = engine.micro_step(batch, targets)
+        if kind == "parity":
+            _row_losses(token_losses, labels, batch["slots"], row_ids, parity_losses[f"step{index + 1}"])
+        step_loss += loss
+        step_tokens += batch["real_tokens"]
+        done_micro += 1
+        if done_micro < accumulation:
+            continue
+        engine.optimizer_step()
+        elapsed = timer.lap()
+        if inject == "nan" and kind == "measured":
+            step_loss = float("nan")
+        step_number = len(log.losses) + 1
+        log.losses.append(step_loss)
+        if not math.isfinite(step_loss):
+            raise TrialFault("invalid", f"loss is {step_loss} at step {step_number}")
+        if kind == "measured":
+            log.times.append(elapsed)
+            log.tokens.append(step_tokens)
+        else:
+            log.warmup_times.append(elapsed)
+            plan.warm = kind == "warmup" and warmed_up(log.warmup_times)
+        done_micro, step_loss, step_tokens = 0, 0.0, 0
+    log.parity = {key: [values[r] for r in sorted(values)] for key, values in parity_losses.items()}
+    return log
+
+
+def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    """Peak memory of one full optimizer step on a micro-batch of max_len rows."""
+    micro, max_len = knobs["per_device_train_batch_size"], job["max_len"]
+    rows = worst_case_rows(micro, max_len, vocab_size)
+    batch = collate(rows, knobs["padding"], max_len, job["pad_id"], knobs["attn_implementation"])
+    memory.reset_peak(engine.device)
+    try:
+        engine.micro_step(batch, micro * (max_len - 1))
+        engine.optimizer_step()
+        engine.synchronize()
+    except Exception as error:  # noqa: BLE001 - only OOM is an expected outcome here
+        if not is_oom(error):
+            raise
+        return {"fits": False, "reason": f"out of memory at the worst-case batch ({micro} x {max_len} tokens)"}
+    return {"fits": None, **memory.read_peak(engine.device)}

@@ -1,0 +1,266 @@
+"""The loop: frame -> baseline -> one change at a time -> outputs.
+
+A change is kept only when it is faster than the incumbent beyond the noise floor on two interleaved
+measurements, its per-row losses match the baseline's (parity), and, when it moved a memory knob,
+its worst-case batch fits the device.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import AutotuneError
+from .executors.base import Executor
+from .job import Job
+from .knobs import CATALOG, Knobs
+from .probes import memory, parity
+from .probes.timing import median, relative_spread
+from .reasoner import Hypothesis, key, rank
+from .records import RunFolder
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """Steps per measurement: smoke keeps a CPU dry run within minutes."""
+
+    measure_steps: int
+    warmup_max: int
+    baseline_repeats: int = 3
+
+    @classmethod
+    def for_job(cls, job: Job) -> "StepBudget":
+        return cls(measure_steps=4, warmup_max=3) if job.smoke else cls(measure_steps=8, warmup_max=8)
+
+
+FRAME_TIMEOUT_S = 1800
+# A trial may take this many times the slowest complete trial so far before it is stopped.
+TIMEOUT_FACTOR = 4
+MIN_TIMEOUT_S = 120
+
+
+@dataclass
+class Incumbent:
+    knobs: Knobs
+    samples: list[float]
+    trial: int
+
+    @property
+    def speed(self) -> float:
+        return median(self.samples)
+
+
+@dataclass
+class Outcome:
+    """What a run found, for the CLI and the report."""
+
+    frame: dict[str, Any]
+    baseline: dict[str, Any]
+    best: Incumbent
+    records: list[dict[str, Any]]
+    skipped: list[tuple[str, str]]
+    noise_floor: float
+    stop_reason: str
+    wall_s: float = 0.0
+    folder: Path = field(default_factory=Path)
+
+
+class Tuner:
+    def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
+                 inject: dict[int, str] | None = None) -> None:
+        self.job, self.executor, self.display = job, executor, display
+        self.folder = RunFolder(root, job.run)
+        self.steps = StepBudget.for_job(job)
+        self.inject = inject or {}
+        self.records: list[dict[str, Any]] = []
+        self.measured: set[tuple] = set()
+        self.slowest_s = 0.0
+        self.started = time.monotonic()
+        self.runs = 0
+
+    # -- running one measurement -------------------------------------------------------------
+    def _spec(self, kind: str, knobs: Knobs, trial: int, ceiling: bool = False) -> dict[str, Any]:
+        return {
+            "schema_version": 1, "kind": kind, "runner": "hf", "job": self.job.to_dict(), "knobs": knobs.to_dict(),
+            "rows_path": str(self.folder.rows.resolve()),
+            "rows_needed": self.job.effective_batch * (2 + self.steps.measure_steps),
+            "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max,
+            "ceiling": ceiling, "inject_fault": self.inject.get(trial) if kind == "trial" else None,
+        }
+
+    def _timeout(self) -> float:
+        timeout = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * self.slowest_s) if self.slowest_s else FRAME_TIMEOUT_S
+        if self.job.time_budget_s is not None:
+            # The budget is a promise: a trial that would overrun it is stopped, not waited for.
+            left = self.job.time_budget_s - (time.monotonic() - self.started)
+            timeout = max(1.0, min(timeout, left))
+        return timeout
+
+    def _measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
+        self.runs += 1
+        if self.display:
+            self.display.running(trial, label)
+        result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
+                                   self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}"), self._timeout())
+        if result["state"] == "complete":
+            self.slowest_s = max(self.slowest_s, result["wall_s"])
+        return result
+
+    # -- phases -----------------------------------------------------------------------------
+    def frame(self) -> dict[str, Any]:
+        if self.display:
+            self.display.running(None, "frame: device, model and data")
+        result = self.executor.run(self._spec("frame", self.job.start, 0), self.folder.trial_dir("frame"),
+                                   FRAME_TIMEOUT_S)
+        if result["state"] != "complete":
+            raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
+        from .runners.common import write_json_atomic
+
+        write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
+        return result["frame"]
+
+    def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
+        results = [self._measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
+                   for i in range(self.steps.baseline_repeats)]
+        complete = [r for r in results if r["state"] == "complete"]
+        samples = [r["measurement"]["samples_per_s"] for r in complete]
+        floor = relative_spread(samples)
+        record = self._record(0, None, self.job.start, results[0]["state"] if not complete else "complete",
+                              "baseline", f"the user's config, measured {len(samples)} times; A/A spread {floor:.1%}",
+                              complete, wall=sum(r["wall_s"] for r in results))
+        record["noise_floor"] = floor
+        if len(complete) < 2:
+            failed = next(r for r in results if r["state"] != "complete")
+            record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
+            record["stderr_tail"] = failed.get("stderr_tail")
+            self._append(record)
+            raise AutotuneError(f"the baseline config did not run: {failed['state']}: {failed['reason']}")
+        self._append(record)
+        self.measured.add(key(self.job.start))
+        return Incumbent(self.job.start, samples, 0), complete[0]["measurement"], floor
+
+    def _budget_left(self, trials_done: int) -> str | None:
+        if self.job.max_trials is not None and trials_done >= self.job.max_trials:
+            return f"max_trials={self.job.max_trials} reached"
+        if self.job.time_budget_s is not None:
+            elapsed = time.monotonic() - self.started
+            if elapsed + self.slowest_s > self.job.time_budget_s:
+                return f"time budget of {self.job.time_budget_s}s would be exceeded by another trial"
+        return None
+
+    def run(self) -> Outcome:
+        self.folder.create(self.job.to_dict())
+        frame = self.frame()
+        incumbent, base_measurement, floor = self.baseline()
+        baseline_speed = incumbent.speed
+        trial, stop_reason, skipped = 0, "every applicable change was tried", []
+        while True:
+            hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured)
+            if not hypotheses:
+                break
+            stop = self._budget_left(trial)
+            if stop:
+                stop_reason = stop
+                break
+            trial += 1
+            incumbent, floor = self._try(trial, hypotheses[0], incumbent, base_measurement, floor, frame)
+            self._save_state(trial, incumbent, floor)
+        outcome = Outcome(frame, {"samples_per_s": baseline_speed, "measurement": base_measurement}, incumbent,
+                          self.records, skipped, floor, stop_reason, time.monotonic() - self.started,
+                          self.folder.path)
+        return outcome
+
+    def _try(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, base: dict[str, Any],
+             floor: float, frame: dict[str, Any]) -> tuple[Incumbent, float]:
+        knobs = hypothesis.apply(incumbent.knobs)
+        self.measured.add(key(knobs))
+        check_ceiling = CATALOG[hypothesis.knob].affects_memory
+        first = self._measure(knobs, trial, f"{hypothesis.change} (1/2)", check_ceiling)
+        results = [first]
+        ratio = None
+
+        def finish(decision: str, reason: str, state: str = "complete") -> None:
+            record = self._record(trial, hypothesis.change, knobs, state, decision, reason,
+                                  [r for r in results if r["state"] == "complete"],
+                                  wall=sum(r["wall_s"] for r in results), stderr=first.get("stderr_tail"))
+            record.update(ratio=ratio, incumbent_samples_per_s=incumbent.speed, noise_floor=floor,
+                          parity=parity_result, ceiling=ceiling)
+            self._append(record)
+
+        parity_result, ceiling = None, None
+        if first["state"] != "complete":
+            finish("discard", first["reason"], first["state"])
+            return incumbent, floor
+        measurement = first["measurement"]
+        ratio = measurement["samples_per_s"] / incumbent.speed
+        parity_result = parity.compare(base["parity_losses"], measurement["parity_losses"],
+                                       parity.tolerance(self.job.start.precision, knobs.precision))
+        ceiling = self._ceiling(measurement, frame) if check_ceiling else None
+        if ratio <= 1 + floor:
+            finish("discard", f"not faster beyond noise: x{ratio:.3f} <= x{1 + floor:.3f}")
+            return incumbent, floor
+        if not parity_result["ok"]:
+            finish("discard", parity_result["reason"])
+            return incumbent, floor
+        if ceiling and not ceiling["fits"]:
+            finish("discard", ceiling["reason"])
+            return incumbent, floor
+        # Confirm with an interleaved pair (incumbent, then candidate) in fresh processes.
+        again = self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent again")
+        second = self._measure(knobs, trial, f"{hypothesis.change} (2/2)")
+        results.append(second)
+        if again["state"] == "complete":
+            incumbent.samples.append(again["measurement"]["samples_per_s"])
+            floor = max(floor, relative_spread(incumbent.samples))
+        if second["state"] != "complete":
+            finish("discard", f"confirmation run ended {second['state']}: {second['reason']}", second["state"])
+            return incumbent, floor
+        samples = [first["measurement"]["samples_per_s"], second["measurement"]["samples_per_s"]]
+        ratio = median(samples) / incumbent.speed
+        if ratio <= 1 + floor or min(samples) / incumbent.speed <= 1 + floor:
+            finish("discard", f"did not hold on the interleaved re-measure: x{ratio:.3f} (noise floor {floor:.1%})")
+            return incumbent, floor
+        finish("keep", f"x{ratio:.3f} faster beyond the {floor:.1%} noise floor; {parity_result['reason']}"
+               + (f"; worst-case batch fits ({ceiling['reason']})" if ceiling else ""))
+        return Incumbent(knobs, samples, trial), floor
+
+    def _ceiling(self, measurement: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
+        reading = measurement.get("ceiling") or {}
+        if reading.get("fits") is False:
+            return {"fits": False, "reason": reading["reason"]}
+        total = frame["device"]["memory_bytes"]
+        peak = reading.get("bytes", measurement["peak_memory"]["bytes"])
+        share = peak / total
+        if not memory.fits(peak, total):
+            return {"fits": False, "peak_bytes": peak, "reason":
+                    f"worst-case batch peaks at {peak / 2**30:.2f} GiB, {share:.0%} of the device's "
+                    f"{total / 2**30:.1f} GiB (limit {memory.CEILING_SHARE:.0%})"}
+        return {"fits": True, "peak_bytes": peak, "reason": f"{peak / 2**30:.2f} GiB, {share:.0%} of device memory"}
+
+    # -- records ----------------------------------------------------------------------------
+    def _record(self, trial: int, change: str | None, knobs: Knobs, state: str, decision: str, reason: str,
+                complete: list[dict[str, Any]], wall: float, stderr: str | None = None) -> dict[str, Any]:
+        measurements = [r["measurement"] for r in complete]
+        speeds = [m["samples_per_s"] for m in measurements]
+        return {
+            "run": self.job.run, "trial": trial, "change": change, "knobs": knobs.to_dict(), "state": state,
+            "decision": decision, "reason": reason, "measurements": measurements,
+            "samples_per_s": median(speeds) if speeds else None,
+            "tokens_per_s": median([m["tokens_per_s"] for m in measurements]) if measurements else None,
+            "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements) if measurements else None,
+            "ratio": None, "incumbent_samples_per_s": None, "noise_floor": None, "parity": None, "ceiling": None,
+            "stderr_tail": stderr, "wall_s": round(wall, 3),
+        }
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self.folder.append_experiment(record)
+        self.records.append(record)
+        if self.display:
+            self.display.finished(record)
+
+    def _save_state(self, trial: int, incumbent: Incumbent, floor: float) -> None:
+        self.folder.write_state({"run": self.job.run, "trials_done": trial, "incumbent_trial": incumbent.trial,
+                                 "incumbent_knobs": incumbent.knobs.to_dict(), "incumbent_samples": incumbent.samples,
+                                 "noise_floor": floor, "elapsed_s": round(time.monotonic() - self.started, 1)})
