@@ -22,8 +22,12 @@ def _setup(spec: dict[str, Any]) -> str:
     from ..probes.device import pick_device
 
     torch.manual_seed(spec["job"].get("seed", 0))
-    torch.use_deterministic_algorithms(False)
-    return "cpu" if spec["job"].get("smoke") else pick_device()
+    device = "cpu" if spec["job"].get("smoke") else pick_device()
+    if device == "cpu":
+        # One core stays free for the tuner, loader workers and the OS: OpenMP threads that must share
+        # a core with anything else spin-wait and make step times swing by 10x.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    return device
 
 
 def frame(spec: dict[str, Any]) -> dict[str, Any]:
@@ -67,6 +71,10 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     stored = read_rows(Path(spec["rows_path"]))
     job["pad_id"] = stored["pad_id"]
     model = build_model(job, knobs, device)
+    if spec.get("leak_packed_rows"):
+        # What Trainer + DataCollatorWithFlattening run: the model's default config, cache on, so the
+        # mask is built without packed-row detection. Only tests ask for this, to show parity catches it.
+        model.config.use_cache = True
     engine = Engine(model, knobs, device)
     memory.reset_peak(device)
     log = run_steps(engine, stored["rows"], knobs, job, spec["measure_steps"], spec["warmup_max"],

@@ -1,0 +1,83 @@
+"""Shared fixtures: tiny jobs and specs that run the real runner on the CPU in seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.job import job_from_words
+from autotune.knobs import Knobs
+
+# Fast enough for unit tests of the runner: short rows, few of them.
+TINY_WORDS = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke"]
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(skip)
+
+
+def tiny_job(*extra: str, run: str = "t"):
+    job, _ = job_from_words(run, TINY_WORDS + list(extra))
+    return job
+
+
+def make_spec(tmp_path: Path, kind: str = "trial", job=None, knobs: Knobs | None = None, **fields: Any) -> dict:
+    job = job or tiny_job()
+    spec = {"schema_version": 1, "kind": kind, "runner": "hf", "job": job.to_dict(),
+            "knobs": (knobs or job.start).to_dict(), "rows_path": str(tmp_path / "rows.json"),
+            "rows_needed": job.effective_batch * 6, "measure_steps": 3, "warmup_max": 2, "ceiling": False,
+            "inject_fault": None}
+    spec.update(fields)
+    return spec
+
+
+def run_runner(tmp_path: Path, spec: dict, name: str) -> dict:
+    """The runner as the executor starts it: `python -m autotune.runners.hf SPEC RESULT`."""
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "spec.json").write_text(json.dumps(spec))
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    subprocess.run([sys.executable, "-m", "autotune.runners.hf", str(folder / "spec.json"), str(folder / "result.json")],
+                   env=env, capture_output=True, text=True, timeout=300)
+    return json.loads((folder / "result.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def tiny_frame(tmp_path_factory) -> tuple[dict, Path]:
+    """The tiny job's frame, run once per session: its facts and its rows file."""
+    folder = tmp_path_factory.mktemp("tiny-frame")
+    result = run_runner(folder, make_spec(folder, "frame"), "frame")
+    assert result["state"] == "complete", result
+    return result["frame"], folder / "rows.json"
+
+
+@pytest.fixture
+def framed(tmp_path: Path, tiny_frame):
+    """Rows of the tiny job in tmp_path (trials read them from there); returns the frame facts.
+
+    A job other than the default tiny one runs its own frame.
+    """
+    def make(job=None) -> dict:
+        if job is None or job.to_dict() == tiny_job().to_dict():
+            shutil.copy(tiny_frame[1], tmp_path / "rows.json")
+            return tiny_frame[0]
+        result = run_runner(tmp_path, make_spec(tmp_path, "frame", job=job), "frame")
+        assert result["state"] == "complete", result
+        return result["frame"]
+    return make

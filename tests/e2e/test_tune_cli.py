@@ -1,0 +1,59 @@
+"""Whole `autotune tune` runs through the console script, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def autotune(tmp_path, *words, env=None, timeout=600):
+    return subprocess.run([sys.executable, "-m", "autotune.cli", "tune", *words], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})})
+
+
+def records(tmp_path, run):
+    lines = (tmp_path / "runs" / run / "experiments.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_demo_smoke_finds_a_faster_config_that_trains_the_same_thing(tmp_path):
+    done = autotune(tmp_path, "demo", "smoke")
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = tmp_path / "runs" / "demo"
+    for name in ("job.json", "experiments.jsonl", "results.tsv", "best_config.json", "report.md", "state.json"):
+        assert (folder / name).exists(), name
+    trials = records(tmp_path, "demo")
+    assert trials[0]["decision"] == "baseline" and trials[0]["trial"] == 0
+    assert len(trials) >= 6, [t["change"] for t in trials]
+    baseline = trials[0]["samples_per_s"]
+    kept = [t for t in trials if t["decision"] == "keep"]
+    assert kept, "nothing was kept"
+    assert all(t["parity"]["ok"] for t in kept)
+    best = json.loads((folder / "best_config.json").read_text())
+    best_speed = max(t["samples_per_s"] for t in kept)
+    assert best_speed >= 1.5 * baseline
+    # The best config is the last kept one, and it is what best_config.json and the report give.
+    assert best["knobs"] == kept[-1]["knobs"]
+    assert best["command"].startswith("trl sft") and "--max_length 512" in best["command"]
+    report = (folder / "report.md").read_text()
+    assert "## Trials" in report and "## Best config" in report
+    assert "baseline" in done.stdout and "best" in done.stdout
+
+
+def test_oom_crash_and_nan_end_their_trials_not_the_run(tmp_path):
+    done = autotune(tmp_path, "faults", "model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4",
+                    "max_trials=3", "smoke", env={"AUTOTUNE_TEST_INJECT": "1:oom,2:crash,3:nan"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = records(tmp_path, "faults")
+    assert [t["state"] for t in trials] == ["complete", "oom", "crash", "invalid"]
+    assert all(t["decision"] == "discard" for t in trials[1:])
+    assert "injected crash" in trials[2]["stderr_tail"]
+    assert "nan" in trials[3]["reason"].lower()
+    tsv = (tmp_path / "runs" / "faults" / "results.tsv").read_text().splitlines()
+    assert len(tsv) == 1 + 4

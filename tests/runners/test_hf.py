@@ -1,0 +1,103 @@
+"""The built-in runner, run as the executor runs it (a child process), on tiny models."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import make_spec, run_runner, tiny_job
+
+from autotune.probes import parity
+from autotune.schemas import validate
+
+
+def test_frame_sizes_up_device_model_and_data(tmp_path, framed):
+    frame = framed()
+    assert frame["device"]["kind"] == "cpu"
+    assert frame["model"]["params"] > 0 and frame["model"]["layers"] == 2
+    data = frame["data"]
+    # Synthetic rows have the skew of chat SFT data: median well below the cap, a tail that reaches it.
+    assert data["p10_len"] < data["p50_len"] < data["p90_len"] <= 64
+    assert data["padding_share"] > 0.3
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert len(rows) == 4 * 6 and all(2 <= len(r) <= 64 for r in rows)
+
+
+def test_synthetic_rows_are_the_same_for_every_frame(tmp_path, framed):
+    framed()
+    first = (tmp_path / "rows.json").read_text()
+    run_runner(tmp_path, make_spec(tmp_path, "frame"), "frame-again")
+    assert (tmp_path / "rows.json").read_text() == first
+
+
+def test_trial_measures_throughput_memory_and_parity_losses(tmp_path, framed):
+    framed()
+    result = run_runner(tmp_path, make_spec(tmp_path, ceiling=True), "trial")
+    assert result["state"] == "complete", result
+    measurement = result["measurement"]
+    validate("measurement", measurement)
+    assert measurement["samples_per_s"] > 0 and measurement["tokens_per_s"] > 0
+    assert len(measurement["step_times_s"]) == 3
+    assert len(measurement["parity_losses"]["step1"]) == 4  # one loss per row of the first step
+    assert measurement["peak_memory"]["bytes"] > 0
+    assert measurement["ceiling"]["bytes"] > 0
+
+
+def test_micro_batch_split_and_padding_keep_parity(tmp_path, framed):
+    framed()
+    job = tiny_job()
+    base = run_runner(tmp_path, make_spec(tmp_path), "base")["measurement"]["parity_losses"]
+    changed = job.start.with_change("per_device_train_batch_size", 4).with_change("padding", "padding_free")
+    cand = run_runner(tmp_path, make_spec(tmp_path, knobs=changed), "cand")["measurement"]["parity_losses"]
+    assert parity.compare(base, cand, parity.tolerance("fp32", "fp32"))["ok"]
+
+
+def test_leaking_padding_free_fails_parity(tmp_path, framed):
+    """Packing with only position_ids (DataCollatorWithFlattening's way) lets rows attend to each other."""
+    framed()
+    job = tiny_job()
+    packed = job.start.with_change("per_device_train_batch_size", 4).with_change("padding", "padding_free")
+    base = run_runner(tmp_path, make_spec(tmp_path), "base")["measurement"]["parity_losses"]
+    for attn in ("eager", "sdpa"):
+        knobs = packed.with_change("attn_implementation", attn)
+        leaky = run_runner(tmp_path, make_spec(tmp_path, knobs=knobs, leak_packed_rows=True), f"leak-{attn}")
+        verdict = parity.compare(base, leaky["measurement"]["parity_losses"], parity.tolerance("fp32", "fp32"))
+        assert not verdict["ok"], verdict
+        masked = run_runner(tmp_path, make_spec(tmp_path, knobs=knobs), f"masked-{attn}")
+        assert parity.compare(base, masked["measurement"]["parity_losses"], parity.tolerance("fp32", "fp32"))["ok"]
+
+
+def test_lora_trains_only_adapters(tmp_path, framed):
+    job = tiny_job("method=lora")
+    frame = framed(job)
+    assert 0 < frame["model"]["trainable_params"] < frame["model"]["params"] / 2
+    result = run_runner(tmp_path, make_spec(tmp_path, job=job), "lora")
+    assert result["state"] == "complete", result
+
+
+def test_text_file_dataset_and_local_model_folder(tmp_path):
+    """The real loading path: a local jsonl through datasets, a saved model and tokenizer through from_pretrained."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2Config
+
+    texts = [f"question {i}: how long is a piece of string? answer: " + "very " * (i % 17) + "long" for i in range(60)]
+    data = tmp_path / "chat.jsonl"
+    data.write_text("\n".join(json.dumps({"instruction": t.split(":")[0], "output": t}) for t in texts))
+    raw = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["[PAD]", "[UNK]", "[EOS]"]))
+    folder = tmp_path / "model"
+    PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="[PAD]", eos_token="[EOS]").save_pretrained(folder)
+    config = Qwen2Config(vocab_size=raw.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    from autotune.job import job_from_words
+
+    job, _ = job_from_words("t", [f"model={folder}", f"dataset={data}", "max_len=32", "effective_batch=4"])
+    frame_spec = make_spec(tmp_path, "frame", job=job)
+    frame_spec["job"]["smoke"] = False  # CUDA_VISIBLE_DEVICES is empty in run_runner: this stays on the CPU
+    frame = run_runner(tmp_path, frame_spec, "frame")
+    assert frame["state"] == "complete", frame
+    assert frame["frame"]["model"]["source"] == f"config of {folder}"
+    assert frame["frame"]["data"]["rows_sampled"] == 60
+    trial = run_runner(tmp_path, make_spec(tmp_path, job=job) | {"job": frame_spec["job"]}, "trial")
+    assert trial["state"] == "complete", trial

@@ -1,0 +1,166 @@
+"""`job_from_words`: what `autotune tune RUN key=value ...` turns into."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.errors import JobError, RecordError
+from autotune.job import SMOKE_TIME_BUDGET_S, Job, job_from_words, parse_duration
+from autotune.knobs import NAIVE_START, Knobs
+from autotune.schemas import validate
+
+BASE = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=16"]
+
+
+def test_smoke_alone_fills_the_embedded_demo_job():
+    job, modes = job_from_words("demo", ["smoke"])
+    assert modes == ["smoke"]
+    assert job.smoke is True
+    assert (job.model, job.dataset, job.max_len, job.effective_batch) == ("tiny-qwen2", "synthetic", 512, 16)
+    assert job.time_budget_s == SMOKE_TIME_BUDGET_S
+    assert isinstance(job.time_budget_s, int) and 0 < job.time_budget_s <= 3600
+    assert job.weights == "random"  # a preset has no trained weights to download
+    assert job.start == Knobs(**NAIVE_START)
+
+
+def test_smoke_keeps_keys_the_user_gave():
+    job, _ = job_from_words("demo", ["max_len=128", "smoke", "time=30s", "effective_batch=8", "model=tiny-llama"])
+    assert job.smoke
+    assert (job.model, job.max_len, job.effective_batch, job.time_budget_s) == ("tiny-llama", 128, 8, 30)
+    assert job.dataset == "synthetic"
+
+
+def test_without_smoke_there_is_no_time_budget_and_no_smoke_flag():
+    job, modes = job_from_words("r", BASE)
+    assert modes == []
+    assert job.smoke is False
+    assert job.time_budget_s is None
+    assert job.max_trials is None
+    assert (job.method, job.host, job.seed) == ("sft", "local", 0)
+
+
+def test_knob_keys_set_the_starting_config():
+    job, _ = job_from_words("r", BASE + ["padding=longest", "per_device_train_batch_size=4"])
+    assert job.start.padding == "longest"
+    assert job.start.per_device_train_batch_size == 4
+    # Everything not given stays at the naive start.
+    expected = Knobs(**{**NAIVE_START, "padding": "longest", "per_device_train_batch_size": 4})
+    assert job.start == expected
+
+
+def test_bool_knob_words_parse():
+    job, _ = job_from_words("r", BASE + ["padding=longest", "group_by_length=true", "gradient_checkpointing=off"])
+    assert job.start.group_by_length is True
+    assert job.start.gradient_checkpointing is False
+
+
+def test_gradient_accumulation_steps_sets_the_micro_batch():
+    job, _ = job_from_words("r", BASE + ["gradient_accumulation_steps=4"])
+    assert job.start.per_device_train_batch_size == 4
+    assert job.start.accumulation(job.effective_batch) == 4
+
+
+def test_gradient_accumulation_steps_agreeing_with_micro_batch_is_accepted():
+    job, _ = job_from_words("r", BASE + ["gradient_accumulation_steps=2", "per_device_train_batch_size=8"])
+    assert job.start.per_device_train_batch_size == 8
+
+
+@pytest.mark.parametrize("words", [
+    ["gradient_accumulation_steps=3"],  # does not divide 16
+    ["gradient_accumulation_steps=0"],
+    ["gradient_accumulation_steps=4", "per_device_train_batch_size=2"],  # 2 x 4 != 16
+])
+def test_bad_gradient_accumulation_is_a_job_error(words):
+    with pytest.raises(JobError, match="gradient_accumulation_steps"):
+        job_from_words("r", BASE + words)
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
+                                           ("1h0m5s", 3605), (" 45s ", 45)])
+def test_durations_parse_to_seconds(text, seconds):
+    assert parse_duration(text) == seconds
+    job, _ = job_from_words("r", BASE + [f"time={text}"])
+    assert job.time_budget_s == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0s", "0h0m", "90", "5 minutes", "abc", "1.5h", "30m1h", "-5m"])
+def test_bad_durations_are_job_errors_naming_time(text):
+    with pytest.raises(JobError, match="time="):
+        parse_duration(text)
+
+
+def test_local_dataset_file_that_exists_passes(tmp_path, monkeypatch):
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"text": "hello"}\n')
+    job, _ = job_from_words("r", ["model=tiny-qwen2", f"dataset={data}", "max_len=64", "effective_batch=4"])
+    assert job.dataset == str(data)
+    monkeypatch.chdir(tmp_path)
+    job, _ = job_from_words("r", ["model=tiny-qwen2", "dataset=./train.jsonl", "max_len=64", "effective_batch=4"])
+    assert job.dataset == "./train.jsonl"
+
+
+def test_local_dataset_file_that_does_not_exist_fails(tmp_path):
+    with pytest.raises(JobError, match="dataset="):
+        job_from_words("r", ["model=tiny-qwen2", f"dataset={tmp_path / 'gone.jsonl'}", "max_len=64",
+                             "effective_batch=4"])
+
+
+def test_local_model_folder_with_config_json_passes(tmp_path):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    job, _ = job_from_words("r", [f"model={folder}", "dataset=synthetic", "max_len=64", "effective_batch=4"])
+    assert job.model == str(folder)
+    assert not job.is_preset
+    assert job.weights == "pretrained"
+
+
+def test_local_model_folder_without_config_json_fails(tmp_path):
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")
+    with pytest.raises(JobError, match="config.json"):
+        job_from_words("r", [f"model={folder}", "dataset=synthetic", "max_len=64", "effective_batch=4"])
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen2.5-0.5B", "gpt2", "tiny-llama"])
+def test_hub_ids_and_presets_are_accepted_without_touching_the_network(model):
+    job, _ = job_from_words("r", [f"model={model}", "dataset=tatsu-lab/alpaca:default", "max_len=64",
+                                  "effective_batch=4"])
+    assert job.model == model
+
+
+@pytest.mark.parametrize("host", ["local", "me@gpu-box", "me@10.0.0.2:2222"])
+def test_hosts_in_the_accepted_form_parse(host):
+    job, _ = job_from_words("r", BASE + [f"host={host}"])
+    assert job.host == host
+
+
+@pytest.mark.parametrize("words", [
+    ["smoke"],
+    BASE,
+    BASE + ["padding=padding_free", "per_device_train_batch_size=8", "precision=bf16", "time=1h30m",
+            "max_trials=5", "method=lora", "gpu=4090", "seed=3", "kb=/tmp/kb", "weights=random"],
+])
+def test_to_dict_is_a_valid_job_record_and_round_trips(words):
+    job, _ = job_from_words("r", words)
+    data = job.to_dict()
+    validate("job", data)
+    json_round_trip = json.loads(json.dumps(data))
+    assert Job.from_dict(json_round_trip) == job
+
+
+def test_job_schema_rejects_a_tampered_record():
+    job, _ = job_from_words("r", BASE)
+    data = job.to_dict()
+    data["start"]["padding"] = "zero"
+    with pytest.raises(RecordError, match="padding"):
+        validate("job", data)
+
+
+def test_job_construction_rejects_a_micro_batch_that_does_not_divide():
+    with pytest.raises(JobError, match="does not divide"):
+        Job(run="r", model="tiny-qwen2", dataset="synthetic", max_len=64, effective_batch=16,
+            start=Knobs(per_device_train_batch_size=3))

@@ -1,0 +1,137 @@
+"""The loop's decisions, driven by an executor that answers from a table of outcomes.
+
+The runner and executor are tested for real elsewhere; here each knob's effect is fixed so that every
+keep/discard rule can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import tiny_job
+
+from autotune.errors import AutotuneError
+from autotune.records import RunFolder
+from autotune.tuner import Tuner
+
+DEVICE = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": False, "fused_adamw": True,
+          "memory_bytes": 8 * 2**30, "name": "test cpu", "matmul_tflops": {"fp32": 0.1}}
+FRAME = {"device": DEVICE, "model": {"params": 1, "trainable_params": 1, "layers": 2, "hidden": 8, "vocab": 16,
+                                     "model_type": "qwen2", "source": "preset tiny-qwen2"},
+         "data": {"rows_sampled": 10, "p10_len": 5, "p50_len": 9, "p90_len": 30, "max_seen_len": 64,
+                  "padding_share": 0.7, "truncated_share": 0.0, "dataset": "synthetic"}}
+LOSSES = {"step1": [2.0, 2.1, 2.2, 2.3], "step2": [1.9, 2.0, 2.1, 2.2]}
+
+
+class TableExecutor:
+    """Speed = baseline x the product of each changed knob's factor; optional per-knob outcomes."""
+
+    def __init__(self, factors: dict, states: dict | None = None, wrong_losses: set | None = None,
+                 peaks: dict | None = None, jitter: list[float] | None = None) -> None:
+        self.factors, self.states = factors, states or {}
+        self.wrong_losses, self.peaks = wrong_losses or set(), peaks or {}
+        self.jitter = list(jitter or [])
+        self.specs: list[dict] = []
+
+    def run(self, spec: dict, trial_dir: Path, timeout_s: float) -> dict:
+        self.specs.append(spec)
+        if spec["kind"] == "frame":
+            return {"state": "complete", "reason": "", "frame": FRAME, "wall_s": 1.0}
+        knobs, start = spec["knobs"], tiny_job().start.to_dict()
+        changed = {(k, v) for k, v in knobs.items() if start[k] != v}
+        for change in changed:
+            if change in self.states:
+                return {"state": self.states[change], "reason": f"{self.states[change]} by table", "wall_s": 1.0}
+        speed = 10.0 * (self.jitter.pop(0) if self.jitter else 1.0)
+        for change in changed:
+            speed *= self.factors.get(change, 1.0)
+        losses = {k: [x * 1.01 for x in v] for k, v in LOSSES.items()} if changed & self.wrong_losses else LOSSES
+        peak = max([self.peaks.get(c, 2**30) for c in changed] or [2**30])
+        measurement = {"device": "cpu", "samples_per_s": speed, "tokens_per_s": speed * 100, "step_times_s": [0.1],
+                       "peak_memory": {"kind": "cpu_peak_rss", "bytes": peak}, "parity_losses": losses,
+                       "ceiling": {"fits": None, "kind": "cpu_peak_rss", "bytes": peak}}
+        return {"state": "complete", "reason": "", "measurement": measurement, "wall_s": 1.0}
+
+
+def tune(tmp_path, executor, *words):
+    tuner = Tuner(tiny_job(*words), executor, tmp_path)
+    return tuner, tuner.run()
+
+
+def decisions(outcome) -> dict:
+    return {r["change"]: r["decision"] for r in outcome.records}
+
+
+def test_keeps_a_change_faster_beyond_noise_and_builds_on_it(tmp_path):
+    executor = TableExecutor({("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5})
+    _, outcome = tune(tmp_path, executor)
+    assert decisions(outcome)["padding=padding_free"] == "keep"
+    assert decisions(outcome)["per_device_train_batch_size=2"] == "keep"
+    assert outcome.best.knobs.padding == "padding_free" and outcome.best.knobs.per_device_train_batch_size == 2
+    assert outcome.best.speed == pytest.approx(30.0)
+    # The second change was measured on top of the first (one change at a time on the incumbent).
+    first_micro_2 = next(s for s in executor.specs
+                         if s["kind"] == "trial" and s["knobs"]["per_device_train_batch_size"] == 2)
+    assert first_micro_2["knobs"]["padding"] == "padding_free"
+
+
+def test_a_gain_within_the_noise_floor_is_discarded(tmp_path):
+    # Baseline repeats at 10.0, 10.5, 9.5: a 10% A/A spread; a 5% gain is inside it.
+    executor = TableExecutor({("padding", "padding_free"): 1.05}, jitter=[1.0, 1.05, 0.95])
+    _, outcome = tune(tmp_path, executor)
+    assert outcome.noise_floor == pytest.approx(0.1)
+    assert decisions(outcome)["padding=padding_free"] == "discard"
+    assert "noise" in outcome.records[1]["reason"]
+
+
+def test_a_faster_change_that_trains_something_else_is_discarded(tmp_path):
+    executor = TableExecutor({("padding", "padding_free"): 3.0}, wrong_losses={("padding", "padding_free")})
+    _, outcome = tune(tmp_path, executor)
+    record = next(r for r in outcome.records if r["change"] == "padding=padding_free")
+    assert record["decision"] == "discard" and not record["parity"]["ok"]
+    assert "trains something else" in record["reason"]
+
+
+def test_a_faster_change_whose_worst_case_batch_does_not_fit_is_discarded(tmp_path):
+    executor = TableExecutor({("per_device_train_batch_size", 2): 2.0},
+                             peaks={("per_device_train_batch_size", 2): 8 * 2**30})
+    _, outcome = tune(tmp_path, executor)
+    record = next(r for r in outcome.records if r["change"] == "per_device_train_batch_size=2")
+    assert record["decision"] == "discard" and record["ceiling"]["fits"] is False
+    assert "worst-case batch" in record["reason"]
+
+
+def test_failed_trials_are_recorded_and_the_loop_goes_on(tmp_path):
+    states = {("padding", "padding_free"): "oom", ("padding", "longest"): "crash",
+              ("per_device_train_batch_size", 2): "timeout"}
+    executor = TableExecutor({("attn_implementation", "sdpa"): 1.5}, states=states)
+    _, outcome = tune(tmp_path, executor)
+    by_change = {r["change"]: r for r in outcome.records}
+    assert by_change["padding=padding_free"]["state"] == "oom"
+    assert by_change["padding=longest"]["state"] == "crash"
+    assert by_change["per_device_train_batch_size=2"]["state"] == "timeout"
+    assert by_change["attn_implementation=sdpa"]["decision"] == "keep"
+
+
+def test_max_trials_is_respected_and_records_are_schema_valid(tmp_path):
+    tuner, outcome = tune(tmp_path, TableExecutor({}), "max_trials=3")
+    assert len(outcome.records) == 4 and outcome.stop_reason == "max_trials=3 reached"
+    records = RunFolder(tmp_path, "t").read_experiments()  # validates every line
+    assert [r["trial"] for r in records] == [0, 1, 2, 3]
+    assert records[0]["decision"] == "baseline" and len(records[0]["measurements"]) == 3
+    state = json.loads(tuner.folder.state.read_text())
+    assert state["trials_done"] == 3
+
+
+def test_a_baseline_that_cannot_run_stops_the_run_with_its_reason(tmp_path):
+    class Failing(TableExecutor):
+        def run(self, spec, trial_dir, timeout_s):
+            if spec["kind"] == "trial":
+                return {"state": "oom", "reason": "out of memory: 80 GiB", "wall_s": 1.0}
+            return super().run(spec, trial_dir, timeout_s)
+
+    with pytest.raises(AutotuneError, match="baseline config did not run: oom"):
+        tune(tmp_path, Failing({}))
+    assert RunFolder(tmp_path, "t").read_experiments()[0]["state"] == "oom"
