@@ -24,6 +24,7 @@ class RunFolder:
         self.state = self.path / "state.json"
         self.frame = self.path / "frame.json"
         self.rows = self.path / "rows.json"
+        self.model_config = self.path / "model_config.json"
 
     def trial_dir(self, name: str) -> Path:
         return self.path / "trials" / name

@@ -86,6 +86,7 @@ class Tuner:
         return {
             "schema_version": 1, "kind": kind, "runner": "hf", "job": self.job.to_dict(), "knobs": knobs.to_dict(),
             "rows_path": str(self.folder.rows.resolve()),
+            "model_config_path": str(self.folder.model_config.resolve()),
             "rows_needed": self.job.effective_batch * (2 + self.steps.measure_steps),
             "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max,
             "ceiling": ceiling, "inject_fault": self.inject.get(trial) if kind == "trial" else None,

@@ -41,6 +41,7 @@ def make_spec(tmp_path: Path, kind: str = "trial", job=None, knobs: Knobs | None
     job = job or tiny_job()
     spec = {"schema_version": 1, "kind": kind, "runner": "hf", "job": job.to_dict(),
             "knobs": (knobs or job.start).to_dict(), "rows_path": str(tmp_path / "rows.json"),
+            "model_config_path": str(tmp_path / "model_config.json"),
             "rows_needed": job.effective_batch * 6, "measure_steps": 3, "warmup_max": 2, "ceiling": False,
             "inject_fault": None}
     spec.update(fields)
@@ -76,6 +77,7 @@ def framed(tmp_path: Path, tiny_frame):
     def make(job=None) -> dict:
         if job is None or job.to_dict() == tiny_job().to_dict():
             shutil.copy(tiny_frame[1], tmp_path / "rows.json")
+            shutil.copy(tiny_frame[1].with_name("model_config.json"), tmp_path / "model_config.json")
             return tiny_frame[0]
         result = run_runner(tmp_path, make_spec(tmp_path, "frame", job=job), "frame")
         assert result["state"] == "complete", result

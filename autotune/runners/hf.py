@@ -33,11 +33,12 @@ def _setup(spec: dict[str, Any]) -> str:
 def frame(spec: dict[str, Any]) -> dict[str, Any]:
     from ..probes.device import device_facts
     from .data import length_facts, load_examples, synthetic_rows, tokenize_rows, write_rows
-    from .models import build_model, load_tokenizer, model_facts, resolve_config
+    from .models import build_model, load_tokenizer, model_facts, resolve_config, save_config
 
     job, device = spec["job"], _setup(spec)
     config, source = resolve_config(job)
-    model = build_model(job, spec["knobs"], device)
+    save_config(config, Path(spec["model_config_path"]))
+    model = build_model(job, spec["knobs"], device, config)
     needed = spec["rows_needed"]
     if job["dataset"] == "synthetic":
         vocab = config.vocab_size
@@ -63,14 +64,14 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from ..probes import memory
     from ..probes.timing import median
     from .data import read_rows
-    from .models import build_model
+    from .models import build_model, load_config
     from .train import Engine, run_steps, worst_case_peak
 
     job, knobs, device = dict(spec["job"]), spec["knobs"], _setup(spec)
     common.inject_early_fault(spec.get("inject_fault"))
     stored = read_rows(Path(spec["rows_path"]))
     job["pad_id"] = stored["pad_id"]
-    model = build_model(job, knobs, device)
+    model = build_model(job, knobs, device, load_config(Path(spec["model_config_path"])))
     if spec.get("leak_packed_rows"):
         # What Trainer + DataCollatorWithFlattening run: the model's default config, cache on, so the
         # mask is built without packed-row detection. Only tests ask for this, to show parity catches it.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,7 +36,11 @@ def resolve_config(job: dict[str, Any]) -> tuple[Any, str]:
             values["vocab_size"] = min(values["vocab_size"], SMOKE_VOCAB)
         return _config_from_dict(values), f"preset {model}"
     try:
-        config = AutoConfig.from_pretrained(model)
+        try:
+            # A cached config first: an offline machine would otherwise spend ~30 s in hub retries.
+            config = AutoConfig.from_pretrained(model, local_files_only=True)
+        except OSError:
+            config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as error:
         if not job.get("smoke"):
             raise
@@ -60,19 +66,27 @@ def load_tokenizer(job: dict[str, Any]):
     return AutoTokenizer.from_pretrained(job["model"])
 
 
-def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str) -> torch.nn.Module:
+def save_config(config: Any, path: Path) -> None:
+    """The frame resolves the config once; every trial builds from this file, never the hub again."""
+    path.write_text(json.dumps(config.to_dict()))
+
+
+def load_config(path: Path) -> Any:
+    return _config_from_dict(json.loads(Path(path).read_text()))
+
+
+def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config: Any) -> torch.nn.Module:
     """Same initial weights in every trial of a run: seeded construction, seeded LoRA init."""
     from transformers import AutoModelForCausalLM
 
-    config, _ = resolve_config(job)
     config.use_cache = False  # training; a cache also switches off packed-row mask detection
     torch.manual_seed(job.get("seed", 0))
     if uses_random_weights(job):
         model = AutoModelForCausalLM.from_config(config, attn_implementation=knobs["attn_implementation"],
                                                  dtype=torch.float32)
     else:
-        model = AutoModelForCausalLM.from_pretrained(job["model"], attn_implementation=knobs["attn_implementation"],
-                                                     dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(job["model"], config=config, dtype=torch.float32,
+                                                     attn_implementation=knobs["attn_implementation"])
     model.config.use_cache = False
     if knobs["gradient_checkpointing"]:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
