@@ -179,7 +179,8 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
     check_model(pairs["model"])
     check_dataset(pairs["dataset"])
     host = pairs.get("host", "local")
-    if host != "local" and not _HOST.match(host):
+    port = host.rpartition(":")[2] if ":" in host else "22"
+    if host != "local" and (not _HOST.match(host) or not 0 < int(port) < 65536):
         raise JobError(f"host={host!r}: expected {JOB_KEYS['host']}")
     effective_batch = _whole("effective_batch", pairs["effective_batch"], 1)
     start = dict(NAIVE_START)

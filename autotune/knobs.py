@@ -8,6 +8,7 @@ the micro-batch / accumulation split is, and their product always equals `effect
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +112,7 @@ def parse_knob_value(name: str, text: str) -> Any:
             return False
         raise JobError(f"{name}={text!r}: expected true or false")
     if knob.kind == "int":
-        if not text.strip().isdigit():
+        if not re.fullmatch(r"[0-9]+", text.strip()):
             raise JobError(f"{name}={text!r}: expected a whole number, for example {name}=2")
         return int(text)
     if text not in knob.choices:

@@ -38,11 +38,12 @@ def trainer_kwargs(job: Job, knobs: Knobs) -> dict[str, dict[str, Any]]:
         "per_device_train_batch_size": knobs.per_device_train_batch_size,
         "gradient_accumulation_steps": knobs.accumulation(job.effective_batch),
     }
-    if knobs.precision in ("bf16", "fp16", "tf32"):
-        args[knobs.precision] = True
+    # Every setting is explicit: TRL's SFTConfig turns bf16 and gradient checkpointing on by default and
+    # TrainingArguments pins memory by default, so an omitted False would train something slower.
+    for precision in ("bf16", "fp16", "tf32"):
+        args[precision] = knobs.precision == precision
     for name in ("gradient_checkpointing", "torch_compile", "dataloader_pin_memory"):
-        if getattr(knobs, name):
-            args[name] = True
+        args[name] = getattr(knobs, name)
     args["dataloader_num_workers"] = knobs.dataloader_num_workers
     args["optim"] = knobs.optim
     if knobs.group_by_length:

@@ -99,8 +99,6 @@ def test_model_folder_without_config_json_is_rejected(tmp_path):
     assert_rejected(result, tmp_path, "model", "config.json")
 
 
-@pytest.mark.xfail(strict=True, reason="knobs.parse_knob_value accepts str.isdigit() text such as '²' and then "
-                   "int() raises ValueError: the CLI prints a Traceback and exits 1 instead of a JobError line")
 @pytest.mark.parametrize("knob", ["per_device_train_batch_size", "dataloader_num_workers"])
 def test_superscript_digit_in_int_knob_is_one_line_not_a_traceback(tmp_path, knob):
     result = autotune_cli(tmp_path, "tune", "demo", *job_words(**{knob: "\u00b2"}))

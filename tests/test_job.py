@@ -164,3 +164,18 @@ def test_job_construction_rejects_a_micro_batch_that_does_not_divide():
     with pytest.raises(JobError, match="does not divide"):
         Job(run="r", model="tiny-qwen2", dataset="synthetic", max_len=64, effective_batch=16,
             start=Knobs(per_device_train_batch_size=3))
+
+
+@pytest.mark.parametrize("host", ["not a host", "bad@@host", "user@", "@host", "user@host:port"])
+def test_hosts_not_in_the_accepted_form_are_rejected_when_parsed(host):
+    with pytest.raises(JobError, match="user@host"):
+        job_from_words("r", BASE + [f"host={host}"])
+
+
+@pytest.mark.parametrize("field, value", [("max_len", 7), ("effective_batch", 0), ("method", "ppo"),
+                                          ("weights", "trained"), ("run", "a/b")])
+def test_job_construction_validates_fields(field, value):
+    values = dict(run="r", model="tiny-qwen2", dataset="synthetic", max_len=64, effective_batch=16)
+    values[field] = value
+    with pytest.raises(JobError):
+        Job(**values)

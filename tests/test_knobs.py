@@ -87,8 +87,6 @@ def test_parse_knob_value_rejects_with_a_job_error(name, text):
         parse_knob_value(name, text)
 
 
-@pytest.mark.xfail(strict=True, reason="parse_knob_value checks str.isdigit(), which is True for '\u00b2', "
-                   "then int('\u00b2') raises ValueError instead of JobError")
 def test_parse_knob_value_superscript_digit_is_a_job_error():
     with pytest.raises(JobError, match="per_device_train_batch_size"):
         parse_knob_value("per_device_train_batch_size", "\u00b2")

@@ -41,7 +41,7 @@ def bool_setting(command: str, name: str) -> bool | None:
 def test_bf16_precision_sets_bf16_true():
     args = trainer_kwargs(make_job(), Knobs(precision="bf16"))["training_arguments"]
     assert args["bf16"] is True
-    assert "fp16" not in args and "tf32" not in args
+    assert args["fp16"] is False and args["tf32"] is False
 
 
 @pytest.mark.parametrize("precision", ["fp16", "tf32"])
@@ -125,9 +125,6 @@ def test_trl_command_quotes_paths_with_spaces():
 # TRL's SFTConfig defaults gradient_checkpointing=True and bf16=True (when fp16 is not set), and
 # TrainingArguments defaults dataloader_pin_memory=True. A tuned value of False that is left out of
 # the command / kwargs is silently replaced by those defaults.
-@pytest.mark.xfail(strict=True, reason="report.trainer_kwargs only writes gradient_checkpointing / bf16 when they "
-                   "are on, so the TRL command runs with SFTConfig's defaults (both True) instead of the tuned "
-                   "config")
 @pytest.mark.parametrize("name, knobs", [
     ("gradient_checkpointing", Knobs()),
     ("bf16", Knobs()),
@@ -137,8 +134,6 @@ def test_trl_command_pins_settings_whose_trl_default_is_on(name, knobs):
     assert bool_setting(trl_command(make_job(), knobs), name) is False
 
 
-@pytest.mark.xfail(strict=True, reason="TrainingArguments defaults dataloader_pin_memory=True; trainer_kwargs omits "
-                   "it when the tuned value is False")
 def test_training_arguments_pin_memory_off_is_explicit():
     args = trainer_kwargs(make_job(), Knobs(dataloader_pin_memory=False))["training_arguments"]
     assert args.get("dataloader_pin_memory") is False

@@ -8,6 +8,7 @@ optimizer differences).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 # Largest allowed |candidate - baseline| / |baseline| per row, by the looser precision of the two.
@@ -29,7 +30,9 @@ def compare(baseline: dict[str, list[float]], candidate: dict[str, list[float]],
             return {"ok": False, "worst": None, "tolerance": tol,
                     "reason": f"parity rows differ in count ({key}: {len(base)} vs {len(cand)})"}
         for b, c in zip(base, cand):
-            worst = max(worst, abs(c - b) / max(abs(b), 1e-8))
+            difference = abs(c - b) / max(abs(b), 1e-8)
+            # max() would skip a NaN (it compares false with everything): make it the worst there is.
+            worst = max(worst, math.inf if math.isnan(difference) else difference)
     ok = worst <= tol
     reason = (f"per-row losses match within {worst:.2e} (tolerance {tol:.0e})" if ok else
               f"per-row losses differ by {worst:.2e} > tolerance {tol:.0e}: this change trains something else")

@@ -66,8 +66,6 @@ def test_infinite_loss_fails():
     assert compare(BASE, _scaled(BASE, "step1", 1, math.inf), 1.0)["ok"] is False
 
 
-@pytest.mark.xfail(strict=True, reason="compare() folds the per-row difference with max(worst, nan), which "
-                   "keeps the old worst, so a NaN candidate loss reports ok=True with worst=0.0")
 def test_nan_loss_fails():
     candidate = {k: list(v) for k, v in BASE.items()}
     candidate["step1"][1] = math.nan
