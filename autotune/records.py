@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .errors import RecordError
+from .errors import JobError, RecordError
 from .runners.common import write_json_atomic
 from .schemas import validate
 
@@ -31,7 +31,8 @@ class RunFolder:
 
     def create(self, job: dict[str, Any]) -> None:
         if self.experiments.exists() and self.experiments.stat().st_size:
-            raise RecordError(f"{self.path} already holds a run; pick another RUN name or remove the folder")
+            raise JobError(f"RUN {self.path.name!r}: {self.path} already holds a run; pick another RUN name "
+                           "(its records are kept) or remove that folder")
         self.path.mkdir(parents=True, exist_ok=True)
         validate("job", job, str(self.job))
         write_json_atomic(self.job, job)

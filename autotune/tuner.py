@@ -78,6 +78,7 @@ class Tuner:
         self.measured: set[tuple] = set()
         self.slowest_s = 0.0
         self.walls: list[float] = []
+        self.budget_spent = False
         self.started = time.monotonic()
         self.runs = 0
 
@@ -92,20 +93,26 @@ class Tuner:
             "ceiling": ceiling, "inject_fault": self.inject.get(trial) if kind == "trial" else None,
         }
 
-    def _timeout(self) -> float:
+    def _timeout(self) -> tuple[float, bool]:
+        """Seconds a measurement may take, and whether the time budget (not slowness) sets that limit."""
         timeout = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * self.slowest_s) if self.slowest_s else FRAME_TIMEOUT_S
         if self.job.time_budget_s is not None:
             # The budget is a promise: a trial that would overrun it is stopped, not waited for.
             left = self.job.time_budget_s - (time.monotonic() - self.started)
-            timeout = max(1.0, min(timeout, left))
-        return timeout
+            if left < timeout:
+                return max(1.0, left), True
+        return timeout, False
 
     def _measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
         self.runs += 1
         if self.display:
             self.display.running(trial, label)
+        timeout, by_budget = self._timeout()
         result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
-                                   self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}"), self._timeout())
+                                   self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}"), timeout)
+        if result["state"] == "timeout" and by_budget:
+            result["reason"] = f"stopped at the end of the time budget ({self.job.time_budget_s}s)"
+            self.budget_spent = True
         if result["state"] == "complete":
             self.slowest_s = max(self.slowest_s, result["wall_s"])
             self.walls.append(result["wall_s"])
@@ -147,6 +154,8 @@ class Tuner:
     def _budget_left(self, trials_done: int) -> str | None:
         if self.job.max_trials is not None and trials_done >= self.job.max_trials:
             return f"max_trials={self.job.max_trials} reached"
+        if self.budget_spent:
+            return f"time budget of {self.job.time_budget_s}s spent"
         if self.job.time_budget_s is not None:
             elapsed = time.monotonic() - self.started
             # The next trial builds on the incumbent, so a typical measurement, not the slowest, is the estimate.
@@ -162,11 +171,9 @@ class Tuner:
         trial, stop_reason, skipped = 0, "every applicable change was tried", []
         while True:
             hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured)
-            if not hypotheses:
-                break
             stop = self._budget_left(trial)
-            if stop:
-                stop_reason = stop
+            if stop or not hypotheses:
+                stop_reason = stop or stop_reason
                 break
             trial += 1
             incumbent, floor = self._try(trial, hypotheses[0], incumbent, base_measurement, floor, frame)

@@ -130,3 +130,13 @@ def test_version(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"autotune {autotune.__version__}"
     assert autotune.__version__[0].isdigit()
+
+
+def test_a_run_name_already_used_is_refused_and_its_records_kept(tmp_path):
+    folder = tmp_path / "runs" / "demo"
+    folder.mkdir(parents=True)
+    (folder / "experiments.jsonl").write_text('{"kept": true}\n')
+    result = autotune_cli(tmp_path, "tune", "demo", *job_words())
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "already holds a run" in result.stderr
+    assert (folder / "experiments.jsonl").read_text() == '{"kept": true}\n'

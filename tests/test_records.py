@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from autotune.errors import RecordError
+from autotune.errors import JobError, RecordError
 from autotune.job import job_from_words
 from autotune.knobs import Knobs
 from autotune.records import RunFolder
@@ -123,7 +123,7 @@ def test_create_refuses_a_folder_that_already_holds_experiments(folder):
     before = folder.experiments.read_bytes()
     job, _ = job_from_words("r", ["smoke", "max_len=64"])
     again = RunFolder(folder.path.parent, "r")
-    with pytest.raises(RecordError, match="already holds a run"):
+    with pytest.raises(JobError, match="already holds a run"):
         again.create(job.to_dict())
     assert folder.experiments.read_bytes() == before
     assert json.loads(folder.job.read_text())["max_len"] == 512
