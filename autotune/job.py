@@ -31,6 +31,8 @@ JOB_KEYS = {
     "kb": "a folder for the knowledge base, for example kb=~/.autotune/kb",
     "weights": "pretrained or random (throughput does not need trained weights)",
     "seed": "a whole number, for example seed=0",
+    "mem_limit": "memory a config may use, like 20GB, 512MiB or 1.5GiB (default: the device's)",
+    "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
 }
 REQUIRED = ("model", "dataset", "max_len", "effective_batch")
 # What `smoke` fills in when a key is missing: the embedded default job.
@@ -39,6 +41,9 @@ SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512"
 SMOKE_TIME_BUDGET_S = 180
 _HOST = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+(:\d{1,5})?$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$")
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
@@ -57,6 +62,8 @@ class Job:
     kb: str = ""
     weights: str = "pretrained"
     seed: int = 0
+    mem_limit: int | None = None
+    mem_margin: float = 0.1
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
 
@@ -71,6 +78,8 @@ class Job:
             raise JobError(f"method={self.method!r}: expected {JOB_KEYS['method']}")
         if self.weights not in ("pretrained", "random"):
             raise JobError(f"weights={self.weights!r}: expected {JOB_KEYS['weights']}")
+        if not 0 <= self.mem_margin <= 0.9:
+            raise JobError(f"mem_margin={self.mem_margin}: expected {JOB_KEYS['mem_margin']}")
         micro = self.start.per_device_train_batch_size
         if self.effective_batch % micro:
             raise JobError(
@@ -103,6 +112,20 @@ def parse_duration(text: str) -> int:
     if total <= 0:
         raise JobError(f"time={text!r}: the budget must be longer than 0 seconds")
     return total
+
+
+def parse_size(text: str) -> int:
+    match = _SIZE.match(text.strip())
+    if not match or float(match.group(1)) <= 0:
+        raise JobError(f"mem_limit={text!r}: expected {JOB_KEYS['mem_limit']}")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def parse_share(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise JobError(f"mem_margin={text!r}: expected {JOB_KEYS['mem_margin']}") from None
 
 
 def _whole(key: str, text: str, minimum: int) -> int:
@@ -209,6 +232,8 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
         kb=pairs.get("kb", ""),
         weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
         seed=_whole("seed", pairs.get("seed", "0"), 0),
+        mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
+        mem_margin=parse_share(pairs.get("mem_margin", "0.1")),
         smoke=smoke,
         start=Knobs(**start),
     )

@@ -15,8 +15,9 @@ from typing import Any
 from .errors import AutotuneError
 from .executors.base import Executor
 from .job import Job
+from .kb import kb_folder, read_peak_cache, remember_peaks
 from .knobs import CATALOG, Knobs
-from .probes import memory, parity
+from .probes import parity
 from .probes.timing import median, relative_spread
 from .reasoner import Hypothesis, key, rank
 from .records import RunFolder
@@ -36,6 +37,8 @@ class StepBudget:
 
 
 FRAME_TIMEOUT_S = 1800
+# Steps after the measured window that are timed phase by phase (where the time goes).
+PROFILE_STEPS = 1
 # A trial may take this many times the slowest complete trial so far before it is stopped.
 TIMEOUT_FACTOR = 4
 MIN_TIMEOUT_S = 120
@@ -72,6 +75,8 @@ class Tuner:
                  inject: dict[int, str] | None = None) -> None:
         self.job, self.executor, self.display = job, executor, display
         self.folder = RunFolder(root, job.run)
+        self.kb = kb_folder(job.kb)
+        self.peaks: dict[str, Any] = {}
         self.steps = StepBudget.for_job(job)
         self.inject = inject or {}
         self.records: list[dict[str, Any]] = []
@@ -91,6 +96,7 @@ class Tuner:
             "rows_needed": self.job.effective_batch * (2 + self.steps.measure_steps),
             "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max,
             "ceiling": ceiling, "inject_fault": self.inject.get(trial) if kind == "trial" else None,
+            "peaks": self.peaks, "profile_steps": PROFILE_STEPS,
         }
 
     def _timeout(self) -> tuple[float, bool]:
@@ -122,17 +128,20 @@ class Tuner:
     def frame(self) -> dict[str, Any]:
         if self.display:
             self.display.running(None, "frame: device, model and data")
-        result = self.executor.run(self._spec("frame", self.job.start, 0), self.folder.trial_dir("frame"),
-                                   FRAME_TIMEOUT_S)
+        spec = {**self._spec("frame", self.job.start, 0), "peak_cache": read_peak_cache(self.kb)}
+        result = self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S)
         if result["state"] != "complete":
             raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
         from .runners.common import write_json_atomic
 
+        remember_peaks(self.kb, result["frame"]["device"]["peaks"])
+        self.peaks = result["frame"]["device"]["peaks"]
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
         return result["frame"]
 
     def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
-        results = [self._measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
+        # The first repeat also runs the worst-case batch: the user's config must fit before anything else.
+        results = [self._measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}", i == 0)
                    for i in range(self.steps.baseline_repeats)]
         complete = [r for r in results if r["state"] == "complete"]
         samples = [r["measurement"]["samples_per_s"] for r in complete]
@@ -208,15 +217,13 @@ class Tuner:
         ratio = measurement["samples_per_s"] / incumbent.speed
         parity_result = parity.compare(base["parity_losses"], measurement["parity_losses"],
                                        parity.tolerance(self.job.start.precision, knobs.precision))
-        ceiling = self._ceiling(measurement, frame) if check_ceiling else None
+        # The runner ran the worst-case batch before timing: a config over the limit came back `oom`.
+        ceiling = measurement.get("ceiling")
         if ratio <= 1 + floor:
             finish("discard", f"not faster beyond noise: x{ratio:.3f} <= x{1 + floor:.3f}")
             return incumbent, floor
         if not parity_result["ok"]:
             finish("discard", parity_result["reason"])
-            return incumbent, floor
-        if ceiling and not ceiling["fits"]:
-            finish("discard", ceiling["reason"])
             return incumbent, floor
         # Confirm with an interleaved pair (incumbent, then candidate) in fresh processes.
         again = self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent again")
@@ -234,21 +241,9 @@ class Tuner:
             finish("discard", f"did not hold on the interleaved re-measure: x{ratio:.3f} (noise floor {floor:.1%})")
             return incumbent, floor
         finish("keep", f"x{ratio:.3f} faster beyond the {floor:.1%} noise floor; {parity_result['reason']}"
-               + (f"; worst-case batch fits ({ceiling['reason']})" if ceiling else ""))
+               + (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
+                  if ceiling else ""))
         return Incumbent(knobs, samples, trial), floor
-
-    def _ceiling(self, measurement: dict[str, Any], frame: dict[str, Any]) -> dict[str, Any]:
-        reading = measurement.get("ceiling") or {}
-        if reading.get("fits") is False:
-            return {"fits": False, "reason": reading["reason"]}
-        total = frame["device"]["memory_bytes"]
-        peak = reading.get("bytes", measurement["peak_memory"]["bytes"])
-        share = peak / total
-        if not memory.fits(peak, total):
-            return {"fits": False, "peak_bytes": peak, "reason":
-                    f"worst-case batch peaks at {peak / 2**30:.2f} GiB, {share:.0%} of the device's "
-                    f"{total / 2**30:.1f} GiB (limit {memory.CEILING_SHARE:.0%})"}
-        return {"fits": True, "peak_bytes": peak, "reason": f"{peak / 2**30:.2f} GiB, {share:.0%} of device memory"}
 
     # -- records ----------------------------------------------------------------------------
     def _record(self, trial: int, change: str | None, knobs: Knobs, state: str, decision: str, reason: str,

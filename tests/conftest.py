@@ -19,6 +19,12 @@ from autotune.knobs import Knobs
 TINY_WORDS = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def isolated_kb(tmp_path_factory):
+    """Tests (and the tuners they start) keep their knowledge base out of the user's home."""
+    os.environ["AUTOTUNE_KB"] = str(tmp_path_factory.mktemp("kb"))
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     try:
         import torch

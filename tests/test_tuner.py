@@ -16,8 +16,9 @@ from autotune.errors import AutotuneError
 from autotune.records import RunFolder
 from autotune.tuner import Tuner
 
-DEVICE = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": False, "fused_adamw": True,
-          "memory_bytes": 8 * 2**30, "name": "test cpu", "matmul_tflops": {"fp32": 0.1}}
+DEVICE = {"kind": "cpu", "cpu_count": 4, "bf16": False, "compile": False, "fused_adamw": True,
+          "memory_bytes": 8 * 2**30, "name": "test cpu", "matmul_tflops": {"fp32": 0.1},
+          "peaks": {"fingerprint": "test cpu", "matmul_flops": {"fp32": 1e11}, "copy_bytes_per_s": 1e10}}
 FRAME = {"device": DEVICE, "model": {"params": 1, "trainable_params": 1, "layers": 2, "hidden": 8, "vocab": 16,
                                      "model_type": "qwen2", "source": "preset tiny-qwen2"},
          "data": {"rows_sampled": 10, "p10_len": 5, "p50_len": 9, "p90_len": 30, "max_seen_len": 64,
@@ -50,8 +51,9 @@ class TableExecutor:
         losses = {k: [x * 1.01 for x in v] for k, v in LOSSES.items()} if changed & self.wrong_losses else LOSSES
         peak = max([self.peaks.get(c, 2**30) for c in changed] or [2**30])
         measurement = {"device": "cpu", "samples_per_s": speed, "tokens_per_s": speed * 100, "step_times_s": [0.1],
-                       "peak_memory": {"kind": "cpu_peak_rss", "bytes": peak}, "parity_losses": losses,
-                       "ceiling": {"fits": None, "kind": "cpu_peak_rss", "bytes": peak}}
+                       "peak_memory": {"kind": "cpu_peak_rss", "bytes": peak}, "parity_losses": losses}
+        if spec["ceiling"]:
+            measurement["ceiling"] = {"fits": True, "kind": "cpu_peak_rss", "bytes": peak, "limit_bytes": 6 * 2**30}
         return {"state": "complete", "reason": "", "measurement": measurement, "wall_s": 1.0}
 
 
@@ -94,13 +96,18 @@ def test_a_faster_change_that_trains_something_else_is_discarded(tmp_path):
     assert "trains something else" in record["reason"]
 
 
-def test_a_faster_change_whose_worst_case_batch_does_not_fit_is_discarded(tmp_path):
-    executor = TableExecutor({("per_device_train_batch_size", 2): 2.0},
-                             peaks={("per_device_train_batch_size", 2): 8 * 2**30})
-    _, outcome = tune(tmp_path, executor)
-    record = next(r for r in outcome.records if r["change"] == "per_device_train_batch_size=2")
-    assert record["decision"] == "discard" and record["ceiling"]["fits"] is False
-    assert "worst-case batch" in record["reason"]
+def test_the_worst_case_batch_is_checked_for_the_baseline_and_every_memory_knob(tmp_path):
+    executor = TableExecutor({("optim", "adamw_torch_fused"): 2.0, ("padding", "padding_free"): 2.0})
+    tune(tmp_path, executor)
+    trials = [s for s in executor.specs if s["kind"] == "trial"]
+    assert [s["ceiling"] for s in trials[:3]] == [True, False, False]  # baseline: once, on its first repeat
+
+    def first_run(knob, value):
+        return next(s for s in trials if s["knobs"][knob] == value)
+
+    assert first_run("padding", "padding_free")["ceiling"] is True  # padding moves memory
+    assert first_run("optim", "adamw_torch_fused")["ceiling"] is True  # optimizer state is memory
+    assert first_run("dataloader_num_workers", 2)["ceiling"] is False  # loader workers do not
 
 
 def test_failed_trials_are_recorded_and_the_loop_goes_on(tmp_path):

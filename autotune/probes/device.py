@@ -45,7 +45,15 @@ def _compile_support(device: str) -> tuple[bool, str]:
     return True, ""
 
 
-def device_facts(device: str) -> dict[str, Any]:
+def memory_total(device: str) -> int:
+    if device == "cuda":  # CUDA-only
+        import torch
+
+        return int(torch.cuda.get_device_properties(0).total_memory)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -67,11 +75,15 @@ def device_facts(device: str) -> dict[str, Any]:
                      fp16=True, tf32=major >= 8, flash_attn=flash, cuda=torch.version.cuda,
                      capability=".".join(map(str, torch.cuda.get_device_capability(0))))
     else:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        facts.update(name=_cpu_name(), memory_bytes=int(memory), bf16=True, fp16=False, tf32=False,
+        facts.update(name=cpu_name(), memory_bytes=memory_total(device), bf16=True, fp16=False, tf32=False,
                      flash_attn=False)
-    speeds = precision_speeds(device)
-    facts["matmul_tflops"] = speeds
+    from .peaks import cached_or_measured
+
+    precisions = ["fp32", "bf16"] + (["fp16", "tf32"] if device == "cuda" else [])
+    peaks = cached_or_measured(device, precisions, peak_cache or {})
+    facts["peaks"] = peaks
+    speeds = {k: v / 1e12 for k, v in peaks["matmul_flops"].items()}
+    facts["matmul_tflops"] = {k: round(v, 4) for k, v in speeds.items()}
     for half in ("bf16", "fp16"):
         if facts.get(half) and speeds.get(half, 0.0) < speeds["fp32"]:
             facts[half] = False
@@ -80,7 +92,7 @@ def device_facts(device: str) -> dict[str, Any]:
     return facts
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
@@ -89,36 +101,3 @@ def _cpu_name() -> str:
         pass
     return platform.processor() or platform.machine()
 
-
-def matmul_tflops(device: str, dtype_name: str, size: int, repeats: int = 3) -> float:
-    """Measured matmul throughput of one precision (best of `repeats`, after a warm-up product)."""
-    import time
-
-    import torch
-
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
-    best = float("inf")
-    for _ in range(repeats + 1):
-        if device == "cuda":  # CUDA-only
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        if device == "cuda":  # CUDA-only
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best / 1e12
-
-
-def precision_speeds(device: str) -> dict[str, float]:
-    """fp32 against half-precision matmul throughput: a half precision slower than fp32 (a CPU that
-    emulates bf16) cannot make training faster, so it is not tried."""
-    size = 2048 if device == "cuda" else 512
-    speeds = {"fp32": matmul_tflops(device, "fp32", size)}
-    for name in ("bf16", "fp16") if device == "cuda" else ("bf16",):
-        try:
-            speeds[name] = matmul_tflops(device, name, size)
-        except RuntimeError:
-            speeds[name] = 0.0
-    return {k: round(v, 4) for k, v in speeds.items()}

@@ -41,7 +41,7 @@ def main(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[Bas
     try:
         result = {"state": "complete", "reason": "", **body(spec)}
     except fault_type as fault:
-        result = {"state": fault.state, "reason": fault.reason}
+        result = {"state": fault.state, "reason": fault.reason, **getattr(fault, "details", {})}
     except Exception as error:  # noqa: BLE001 - every failure becomes a recorded state
         if is_oom(error):
             result = {"state": "oom", "reason": f"out of memory: {str(error).splitlines()[0][:300]}"}

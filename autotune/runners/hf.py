@@ -53,53 +53,116 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
     # Small datasets repeat, so every trial still has the rows it needs in one seeded order.
     rows = [sample[i % len(sample)] for i in range(needed)]
     write_rows(Path(spec["rows_path"]), rows, pad_id, vocab)
-    return {"frame": {"device": device_facts(device), "model": {**model_facts(model, config), "source": source},
+    return {"frame": {"device": device_facts(device, spec.get("peak_cache")), "model": {**model_facts(model, config), "source": source},
                       "data": {**length_facts(sample, job["max_len"]), "rows_available": len(sample),
                                "dataset": job["dataset"]}}}
+
+
+def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dict[str, Any]) -> dict[str, Any]:
+    """One full optimizer step on a micro-batch of max_len rows, in a model of its own, before anything
+    is timed: a config that cannot survive its worst batch is `oom` without spending a measurement."""
+    import gc
+
+    import torch
+
+    from ..probes import memory
+    from ..probes.device import memory_total
+    from .models import build_model, load_config
+    from .train import Engine, TrialFault, worst_case_peak
+
+    knobs = spec["knobs"]
+    limit = memory.limit_bytes(memory_total(device), job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN))
+    engine = Engine(build_model(job, knobs, device, load_config(Path(spec["model_config_path"]))), knobs, device)
+    reading = worst_case_peak(engine, knobs, job, stored["vocab_size"])
+    del engine
+    gc.collect()
+    if device == "cuda":  # CUDA-only
+        torch.cuda.empty_cache()
+    shape = f"{knobs['per_device_train_batch_size']} x {job['max_len']} tokens"
+    if reading.get("fits") is False:
+        raise TrialFault("oom", reading["reason"], {"ceiling": {**reading, "limit_bytes": limit}})
+    ceiling = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit)}
+    if not ceiling["fits"]:
+        raise TrialFault("oom", f"the worst-case batch ({shape}) peaks at {reading['bytes'] / 2**30:.2f} GiB, over "
+                         f"the limit of {limit / 2**30:.2f} GiB", {"ceiling": ceiling})
+    return ceiling
+
+
+def _impossible(job: dict[str, Any], spec: dict[str, Any], log: Any, mfu: float | None) -> str | None:
+    expected_rows = job["effective_batch"] * spec["measure_steps"]
+    if log.measured_rows != expected_rows:
+        return f"the measured window trained {log.measured_rows} rows, not {expected_rows}"
+    if any(not t > 0 for t in log.times):
+        return f"a step time of {min(log.times)}s cannot be real"
+    if mfu is not None and mfu > 1:
+        return f"MFU {mfu:.2f} exceeds the measured peak: the timing or the peak is wrong"
+    return None
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from ..probes import memory
+    from ..probes import flops, memory, nvml, profile
     from ..probes.timing import median
     from .data import read_rows
     from .models import build_model, load_config
-    from .train import Engine, run_steps, worst_case_peak
+    from .train import Engine, TrialFault, run_steps
 
     job, knobs, device = dict(spec["job"]), spec["knobs"], _setup(spec)
     common.inject_early_fault(spec.get("inject_fault"))
     stored = read_rows(Path(spec["rows_path"]))
     job["pad_id"] = stored["pad_id"]
-    model = build_model(job, knobs, device, load_config(Path(spec["model_config_path"])))
+    ceiling = _ceiling(spec, job, device, stored) if spec.get("ceiling") else None
+    config = load_config(Path(spec["model_config_path"]))
+    model = build_model(job, knobs, device, config)
     if spec.get("leak_packed_rows"):
         # What Trainer + DataCollatorWithFlattening run: the model's default config, cache on, so the
         # mask is built without packed-row detection. Only tests ask for this, to show parity catches it.
         model.config.use_cache = True
     engine = Engine(model, knobs, device)
     memory.reset_peak(device)
+    sampler = nvml.Sampler(device)
     log = run_steps(engine, stored["rows"], knobs, job, spec["measure_steps"], spec["warmup_max"],
-                    inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False))
+                    inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False),
+                    profile_steps=spec.get("profile_steps", 0), window=sampler)
     peak = memory.read_peak(device)
     # Every trial times the same rows, so total rows (and real tokens) over total time compare fairly
     # even where a knob reorders rows between steps (group_by_length).
     measured_s = sum(log.times)
+    first = 2 * job["effective_batch"]
+    lengths = [len(r) for r in stored["rows"][first:first + log.measured_rows]]
+    window_flops = flops.step_flops(flops.matmul_params(model), flops.attention_shape(config), lengths,
+                                    knobs["gradient_checkpointing"])
+    peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
+    mfu = flops.mfu(window_flops["model"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
+    hfu = flops.mfu(window_flops["hardware"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
     measurement: dict[str, Any] = {
         "device": device,
-        "samples_per_s": job["effective_batch"] * len(log.times) / measured_s,
-        "tokens_per_s": sum(log.tokens) / measured_s,
+        "samples_per_s": log.measured_rows / measured_s if measured_s > 0 else 0.0,
+        "tokens_per_s": sum(log.tokens) / measured_s if measured_s > 0 else 0.0,
         "median_step_s": median(log.times),
         "step_times_s": [round(t, 6) for t in log.times],
         "warmup_times_s": [round(t, 6) for t in log.warmup_times],
         "real_tokens_per_step": log.tokens,
+        "model_flops": window_flops["model"], "hardware_flops": window_flops["hardware"],
+        "mfu": mfu, "hfu": hfu, "peak_flops": peak_flops,
         "peak_memory": peak,
         "parity_losses": log.parity,
         "final_loss": log.losses[-1],
+        "breakdown": profile.breakdown(log.phases, log.padded_tokens, sum(log.tokens)),
+        "nvml": sampler.summary(),
         "env": {"torch": torch.__version__, "threads": torch.get_num_threads(),
                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
     }
-    if spec.get("ceiling"):
-        measurement["ceiling"] = worst_case_peak(engine, knobs, job, stored["vocab_size"])
+    if ceiling:
+        measurement["ceiling"] = ceiling
+    problem = _impossible(job, spec, log, mfu)
+    if problem:
+        raise TrialFault("invalid", problem, {"measurement_rejected": measurement})
+    throttled = (measurement["nvml"] or {}).get("throttle_reasons")
+    if throttled:
+        raise TrialFault("invalid", f"the device slowed itself during the window ({', '.join(throttled)})",
+                         {"measurement_rejected": measurement, "remeasure": True})
     return {"measurement": measurement}
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..probes import memory
+from ..probes.profile import PhaseTimer
 from ..probes.timing import StepTimer, warmed_up
 from .batching import IGNORE, collate, group_by_length, step_plan, worst_case_rows
 
@@ -26,9 +27,9 @@ MAX_GRAD_NORM = 1.0
 class TrialFault(Exception):
     """An expected end of a trial: carries the state (oom, invalid) and the reason."""
 
-    def __init__(self, state: str, reason: str) -> None:
+    def __init__(self, state: str, reason: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
-        self.state, self.reason = state, reason
+        self.state, self.reason, self.details = state, reason, details or {}
 
 
 def is_oom(error: BaseException) -> bool:
@@ -46,6 +47,7 @@ class Plan:
     parity: list[list[list[int]]]
     measured: list[list[list[int]]]
     warmup_max: int
+    profile_steps: int = 0
     warm: bool = False
     warmup_run: int = 0
 
@@ -64,6 +66,8 @@ class Plan:
             self.warmup_run += 1
         for index, step in enumerate(self.measured):
             yield from emit("measured", index, step)
+        for index in range(self.profile_steps):
+            yield from emit("profile", index, self.parity[index % len(self.parity)])
 
 
 class MicroBatches(torch.utils.data.Dataset):
@@ -91,6 +95,10 @@ class StepLog:
     warmup_times: list[float] = field(default_factory=list)
     parity: dict[str, list[float]] = field(default_factory=dict)
     losses: list[float] = field(default_factory=list)
+    measured_rows: int = 0
+    padded_tokens: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+    profile_steps: int = 0
 
 
 class Engine:
@@ -113,8 +121,10 @@ class Engine:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
 
-    def micro_step(self, batch: dict[str, Any], step_targets: int) -> tuple[float, torch.Tensor, torch.Tensor]:
-        """Forward and backward of one micro-batch; returns its loss share and per-token losses."""
+    def micro_step(self, batch: dict[str, Any], step_targets: int,
+                   phases: PhaseTimer | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Forward and backward of one micro-batch; returns its loss share (a tensor: reading it
+        would stall the device every micro-batch) and per-token losses."""
         pin = self.knobs["dataloader_pin_memory"] and self.device == "cuda"
         inputs = {k: batch[k].to(self.device, non_blocking=pin)
                   for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
@@ -124,10 +134,19 @@ class Engine:
         token_losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none",
                                        ignore_index=IGNORE)
         loss = token_losses.sum() / step_targets
+        if phases:
+            phases.mark("forward")
         (self.scaler.scale(loss) if self.scaler else loss).backward()
-        return float(loss.detach()), token_losses.detach(), labels
+        if phases:
+            phases.mark("backward")
+        return loss.detach(), token_losses.detach(), labels
 
-    def optimizer_step(self) -> None:
+    def optimizer_step(self, phases: PhaseTimer | None = None) -> None:
+        self._optimizer_step()
+        if phases:
+            phases.mark("optimizer")
+
+    def _optimizer_step(self) -> None:
         if self.scaler:
             self.scaler.unscale_(self.optimizer)
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), MAX_GRAD_NORM)
@@ -153,9 +172,13 @@ def _row_losses(token_losses: torch.Tensor, labels: torch.Tensor, slots: torch.T
 
 
 def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any],
-              measure_steps: int, warmup_max: int, inject: str | None = None,
-              leak_packed_rows: bool = False) -> StepLog:
-    """Parity steps, detected warm-up, then the measured steps; returns their times and losses."""
+              measure_steps: int, warmup_max: int, inject: str | None = None, leak_packed_rows: bool = False,
+              profile_steps: int = 0, window: Any = None) -> StepLog:
+    """Parity steps, detected warm-up, the measured steps, then `profile_steps` steps timed phase by
+    phase (synchronising inside a step would distort the measured ones, so the breakdown has its own).
+
+    `window` (optional) is entered for the measured steps: the NVML sampler watches exactly them.
+    """
     effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
     lengths = [len(r) for r in rows]
     parity_ids = list(range(2 * effective_batch))
@@ -163,7 +186,7 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     if knobs["group_by_length"]:
         measured_ids = group_by_length(measured_ids, lengths, micro)
     plan = Plan(step_plan(parity_ids, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
-                warmup_max)
+                warmup_max, profile_steps)
     workers = knobs["dataloader_num_workers"]
     loader = torch.utils.data.DataLoader(
         MicroBatches(rows, knobs, job["max_len"], job["pad_id"], leak_packed_rows), batch_size=None,
@@ -174,34 +197,61 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     accumulation = effective_batch // micro
     parity_losses: dict[str, dict[int, float]] = {"step1": {}, "step2": {}}
     done_micro, step_loss, step_tokens = 0, 0.0, 0
+    phases = PhaseTimer(engine.synchronize)
+    in_window = False
     timer.start()
-    for kind, index, row_ids, targets, batch in loader:
+    batches = iter(loader)
+    while True:
+        profiling = phases if log.profile_steps < profile_steps and len(log.times) == measure_steps else None
+        if profiling:
+            profiling.start()
+        item = next(batches, None)
+        if item is None:
+            break
+        kind, index, row_ids, targets, batch = item
+        if kind == "measured" and not in_window and window is not None:
+            window.__enter__()
+            in_window = True
+        if kind == "profile" and in_window:
+            window.__exit__(None, None, None)
+            in_window = False
+        if profiling:
+            profiling.mark("data_wait")
         if inject == "oom" and not log.losses:
             torch.empty(1 << 50, dtype=torch.uint8, device=engine.device)  # a real allocation failure
-        loss, token_losses, labels = engine.micro_step(batch, targets)
+        loss, token_losses, labels = engine.micro_step(batch, targets, profiling if kind == "profile" else None)
         if kind == "parity":
             _row_losses(token_losses, labels, batch["slots"], row_ids, parity_losses[f"step{index + 1}"])
-        step_loss += loss
+        step_loss = step_loss + loss
         step_tokens += batch["real_tokens"]
+        if kind == "measured":
+            log.measured_rows += len(row_ids)
+            log.padded_tokens += batch["input_ids"].numel() - batch["real_tokens"]
         done_micro += 1
         if done_micro < accumulation:
             continue
-        engine.optimizer_step()
+        engine.optimizer_step(profiling if kind == "profile" else None)
         elapsed = timer.lap()
+        step_value = float(step_loss)
         if inject == "nan" and kind == "measured":
-            step_loss = float("nan")
-        step_number = len(log.losses) + 1
-        log.losses.append(step_loss)
-        if not math.isfinite(step_loss):
-            raise TrialFault("invalid", f"loss is {step_loss} at step {step_number}")
+            step_value = float("nan")
+        log.losses.append(step_value)
+        if not math.isfinite(step_value):
+            raise TrialFault("invalid", f"loss is {step_value} at step {len(log.losses)}")
         if kind == "measured":
             log.times.append(elapsed)
             log.tokens.append(step_tokens)
+        elif kind == "profile":
+            log.profile_steps += 1
+            phases.add_step(elapsed)
         else:
             log.warmup_times.append(elapsed)
             plan.warm = kind == "warmup" and warmed_up(log.warmup_times)
         done_micro, step_loss, step_tokens = 0, 0.0, 0
+    if in_window:
+        window.__exit__(None, None, None)
     log.parity = {key: [values[r] for r in sorted(values)] for key, values in parity_losses.items()}
+    log.phases = phases.totals()
     return log
 
 
@@ -213,10 +263,10 @@ def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], 
     memory.reset_peak(engine.device)
     try:
         engine.micro_step(batch, micro * (max_len - 1))
-        engine.optimizer_step()
+        engine.optimizer_step()  # optimizer state exists only after the first real step
         engine.synchronize()
     except Exception as error:  # noqa: BLE001 - only OOM is an expected outcome here
         if not is_oom(error):
             raise
         return {"fits": False, "reason": f"out of memory at the worst-case batch ({micro} x {max_len} tokens)"}
-    return {"fits": None, **memory.read_peak(engine.device)}
+    return memory.read_peak(engine.device)

@@ -30,8 +30,9 @@ def test_synthetic_rows_are_the_same_for_every_frame(tmp_path, framed):
 
 
 def test_trial_measures_throughput_memory_and_parity_losses(tmp_path, framed):
-    framed()
-    result = run_runner(tmp_path, make_spec(tmp_path, ceiling=True), "trial")
+    frame = framed()
+    spec = make_spec(tmp_path, ceiling=True, peaks=frame["device"]["peaks"], profile_steps=1)
+    result = run_runner(tmp_path, spec, "trial")
     assert result["state"] == "complete", result
     measurement = result["measurement"]
     validate("measurement", measurement)
@@ -39,7 +40,24 @@ def test_trial_measures_throughput_memory_and_parity_losses(tmp_path, framed):
     assert len(measurement["step_times_s"]) == 3
     assert len(measurement["parity_losses"]["step1"]) == 4  # one loss per row of the first step
     assert measurement["peak_memory"]["bytes"] > 0
-    assert measurement["ceiling"]["bytes"] > 0
+    assert 0 < measurement["ceiling"]["bytes"] <= measurement["ceiling"]["limit_bytes"]
+    assert measurement["ceiling"]["fits"] is True
+    # MFU against the measured fp32 peak of this CPU: real, below 1, and HFU = MFU without checkpointing.
+    assert 0 < measurement["mfu"] < 1 and measurement["hfu"] == measurement["mfu"]
+    breakdown = measurement["breakdown"]
+    assert breakdown["steps"] == 1 and breakdown["forward_share"] > 0 and breakdown["backward_share"] > 0
+    assert 0 < breakdown["padding_share"] < 1  # the naive config pads every row to max_len
+    assert measurement["nvml"] is None  # no GPU, no readings
+
+
+def test_a_worst_case_batch_over_the_memory_limit_is_oom_without_being_timed(tmp_path, framed):
+    framed()
+    job = tiny_job("mem_limit=64MiB")
+    result = run_runner(tmp_path, make_spec(tmp_path, job=job, ceiling=True), "ceiling")
+    assert result["state"] == "oom", result
+    assert "worst-case batch" in result["reason"] and "GiB" in result["reason"]
+    assert "measurement" not in result
+    assert result["ceiling"]["limit_bytes"] == int(64 * 2**20 * 0.9) < result["ceiling"]["bytes"]
 
 
 def test_micro_batch_split_and_padding_keep_parity(tmp_path, framed):
