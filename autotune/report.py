@@ -90,12 +90,25 @@ def write_best_config(folder: RunFolder, job: Job, knobs: Knobs) -> dict[str, An
     return config
 
 
+def _breakdown_line(label: str, shares: dict[str, Any] | None) -> str:
+    if not shares:
+        return f"- {label}: no profiled step"
+    phases = ", ".join(f"{p.replace('_', ' ')} {shares[f'{p}_share']:.0%}"
+                       for p in ("data_wait", "forward", "backward", "optimizer", "other"))
+    return (f"- {label}: {phases}; idle {shares['idle_share']:.0%}; padding {shares['padding_share']:.0%} "
+            f"of tokens ({shares['step_s'] * 1000:.0f} ms per step)")
+
+
 def _frame_lines(frame: dict[str, Any]) -> list[str]:
     device, model, data = frame["device"], frame["model"], frame["data"]
     memory = device.get("memory_bytes", 0) / 2**30
     speeds = ", ".join(f"{k} {v:.3g}" for k, v in device.get("matmul_tflops", {}).items())
-    return [
-        f"- device: {device['kind']} {device.get('name', '')}, {memory:.1f} GiB; matmul TFLOP/s measured: {speeds}",
+    peaks = device.get("peaks", {})
+    bandwidth = peaks.get("copy_bytes_per_s", 0) / 1e9
+    ceiling = frame.get("ceiling")
+    lines = [
+        f"- device: {device['kind']} {device.get('name', '')}, {memory:.1f} GiB; measured matmul TFLOP/s: {speeds}; "
+        f"copy {bandwidth:.1f} GB/s (read + write){' (cached peaks)' if peaks.get('cached') else ''}",
         f"- software: torch {device.get('torch')}, transformers {device.get('transformers')}, "
         f"python {device.get('python')}",
         f"- model: {model['source']}: {model['model_type']}, {model['params']:,} parameters "
@@ -105,6 +118,15 @@ def _frame_lines(frame: dict[str, Any]) -> list[str]:
         f"max {data['max_seen_len']}); padding share at max_len {data['padding_share']:.0%}; "
         f"{data['truncated_share']:.0%} of rows truncated",
     ]
+    if ceiling:
+        lines.append(f"- memory ceiling of the baseline: worst-case batch peaks at {ceiling['bytes'] / 2**30:.2f} GiB "
+                     f"of a {ceiling['limit_bytes'] / 2**30:.2f} GiB limit ({ceiling['kind']})")
+    lines.append(_breakdown_line("where the baseline's time goes", frame.get("breakdown")))
+    return lines
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
@@ -120,14 +142,21 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
               f"- best: {best:.3f} samples/s, **x{best / baseline:.2f}** the baseline (trial {outcome.best.trial})",
               f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s", "",
               "## Trials", "",
-              "| # | change | state | decision | samples/s | tokens/s | ratio | peak MiB | reason |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in outcome.records:
         peak = r.get("peak_memory_bytes")
+        last = r["measurements"][-1] if r["measurements"] else {}
+        interval = r.get("interval")
+        ratio = (f"{r['ratio']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if r["ratio"] and interval
+                 else _fmt(r["ratio"], 3))
         lines.append("| " + " | ".join(_fmt(c, 2) for c in (
             r["trial"], f"`{r['change']}`" if r["change"] else "baseline", r["state"], r["decision"],
-            r["samples_per_s"], r.get("tokens_per_s"), r["ratio"], peak / 2**20 if peak else None,
-            r["reason"].replace("|", "/"))) + " |")
+            r["samples_per_s"], r.get("tokens_per_s"), _percent(last.get("mfu")), _percent(last.get("hfu")), ratio,
+            peak / 2**20 if peak else None, r["reason"].replace("|", "/"))) + " |")
+    best_breakdown = (outcome.best_measurement or {}).get("breakdown")
+    lines += ["", "## Where the time goes", "", _breakdown_line("baseline", outcome.frame.get("breakdown")),
+              _breakdown_line("best", best_breakdown)]
     if outcome.skipped:
         lines += ["", "## Not tried on this device or install", ""]
         lines += [f"- `{change}`: {why}" for change, why in outcome.skipped]

@@ -21,6 +21,7 @@ from .probes import parity
 from .probes.timing import median, relative_spread
 from .reasoner import Hypothesis, key, rank
 from .records import RunFolder
+from .runners.common import write_json_atomic
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Outcome:
     noise_floor: float
     stop_reason: str
     wall_s: float = 0.0
+    best_measurement: dict[str, Any] | None = None
     folder: Path = field(default_factory=Path)
 
 
@@ -132,8 +134,6 @@ class Tuner:
         result = self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S)
         if result["state"] != "complete":
             raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
-        from .runners.common import write_json_atomic
-
         remember_peaks(self.kb, result["frame"]["device"]["peaks"])
         self.peaks = result["frame"]["device"]["peaks"]
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
@@ -177,6 +177,9 @@ class Tuner:
         frame = self.frame()
         incumbent, base_measurement, floor = self.baseline()
         baseline_speed = incumbent.speed
+        # The frame is complete once the baseline has shown its ceiling and where its time goes.
+        frame = {**frame, "ceiling": base_measurement.get("ceiling"), "breakdown": base_measurement.get("breakdown")}
+        write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         trial, stop_reason, skipped = 0, "every applicable change was tried", []
         while True:
             hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured)
@@ -187,9 +190,10 @@ class Tuner:
             trial += 1
             incumbent, floor = self._try(trial, hypotheses[0], incumbent, base_measurement, floor, frame)
             self._save_state(trial, incumbent, floor)
+        best_record = next(r for r in reversed(self.records) if r["trial"] == incumbent.trial)
         outcome = Outcome(frame, {"samples_per_s": baseline_speed, "measurement": base_measurement}, incumbent,
                           self.records, skipped, floor, stop_reason, time.monotonic() - self.started,
-                          self.folder.path)
+                          self.folder.path, best_record["measurements"][-1])
         return outcome
 
     def _try(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, base: dict[str, Any],

@@ -96,7 +96,7 @@ def step_flops(params: dict[str, int], attention: tuple[int, int, int], row_leng
     tokens = sum(lengths)
     # Attention grows with each row's own length squared: rows packed or padded together do not
     # attend across rows, so the cost is a sum over rows, not (rows × longest²).
-    squares = len(lengths) * max(lengths, default=0) ** 2
+    squares = sum(n * n for n in lengths)
     attention_forward = 4.0 * layers * heads * head_dim * squares
     model = (4.0 * frozen + 6.0 * trainable) * tokens + 3.0 * attention_forward
     recompute = 2.0 * (frozen + trainable) * tokens + attention_forward if gradient_checkpointing else 0.0

@@ -135,7 +135,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
                                     knobs["gradient_checkpointing"])
     peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
     mfu = flops.mfu(window_flops["model"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
-    hfu = flops.mfu(window_flops["hardware"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
+    hfu = flops.hfu(window_flops["hardware"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
     measurement: dict[str, Any] = {
         "device": device,
         "samples_per_s": log.measured_rows / measured_s if measured_s > 0 else 0.0,

@@ -89,7 +89,7 @@ def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config:
                                                      attn_implementation=knobs["attn_implementation"])
     model.config.use_cache = False
     if knobs["gradient_checkpointing"]:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     if job.get("method") == "lora":
         from peft import LoraConfig, get_peft_model
 
