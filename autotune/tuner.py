@@ -17,8 +17,8 @@ from .executors.base import Executor
 from .job import Job
 from .kb import kb_folder, read_peak_cache, remember_peaks
 from .knobs import CATALOG, Knobs
-from .probes import parity
-from .probes.timing import median, relative_spread
+from .probes import parity, stats
+from .probes.timing import median
 from .reasoner import Hypothesis, key, rank
 from .records import RunFolder
 from .runners.common import write_json_atomic
@@ -50,6 +50,11 @@ class Incumbent:
     knobs: Knobs
     samples: list[float]
     trial: int
+    runs: list[list[float]] = field(default_factory=list)  # step times of every run of this config
+
+    def add(self, measurement: dict[str, Any]) -> None:
+        self.samples.append(measurement["samples_per_s"])
+        self.runs.append(measurement["step_times_s"])
 
     @property
     def speed(self) -> float:
@@ -118,6 +123,10 @@ class Tuner:
         timeout, by_budget = self._timeout()
         result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
                                    self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}"), timeout)
+        if result["state"] == "invalid" and result.get("remeasure"):
+            # The GPU slowed itself (thermal, power brake): that window measured the cooling. Once more.
+            result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
+                                       self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}-again"), timeout)
         if result["state"] == "timeout" and by_budget:
             result["reason"] = f"stopped at the end of the time budget ({self.job.time_budget_s}s)"
             self.budget_spent = True
@@ -144,11 +153,13 @@ class Tuner:
         results = [self._measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}", i == 0)
                    for i in range(self.steps.baseline_repeats)]
         complete = [r for r in results if r["state"] == "complete"]
-        samples = [r["measurement"]["samples_per_s"] for r in complete]
-        floor = relative_spread(samples)
+        incumbent = Incumbent(self.job.start, [], 0)
+        for result in complete:
+            incumbent.add(result["measurement"])
+        floor = stats.noise_floor(incumbent.runs) if complete else 0.0
         record = self._record(0, None, self.job.start, results[0]["state"] if not complete else "complete",
-                              "baseline", f"the user's config, measured {len(samples)} times; A/A spread {floor:.1%}",
-                              complete, wall=sum(r["wall_s"] for r in results))
+                              "baseline", f"the user's config, measured {len(complete)} times in fresh processes; "
+                              f"A/A noise floor {floor:.1%}", complete, wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
         if len(complete) < 2:
             failed = next(r for r in results if r["state"] != "complete")
@@ -158,7 +169,7 @@ class Tuner:
             raise AutotuneError(f"the baseline config did not run: {failed['state']}: {failed['reason']}")
         self._append(record)
         self.measured.add(key(self.job.start))
-        return Incumbent(self.job.start, samples, 0), complete[0]["measurement"], floor
+        return incumbent, complete[0]["measurement"], floor
 
     def _budget_left(self, trials_done: int) -> str | None:
         if self.job.max_trials is not None and trials_done >= self.job.max_trials:
@@ -188,66 +199,69 @@ class Tuner:
                 stop_reason = stop or stop_reason
                 break
             trial += 1
-            incumbent, floor = self._try(trial, hypotheses[0], incumbent, base_measurement, floor, frame)
+            incumbent = self._try(trial, hypotheses[0], incumbent, base_measurement, floor)
             self._save_state(trial, incumbent, floor)
         best_record = next(r for r in reversed(self.records) if r["trial"] == incumbent.trial)
-        outcome = Outcome(frame, {"samples_per_s": baseline_speed, "measurement": base_measurement}, incumbent,
-                          self.records, skipped, floor, stop_reason, time.monotonic() - self.started,
-                          self.folder.path, best_record["measurements"][-1])
+        outcome = Outcome(frame=frame, baseline={"samples_per_s": baseline_speed, "measurement": base_measurement},
+                          best=incumbent, records=self.records, skipped=skipped, noise_floor=floor,
+                          stop_reason=stop_reason, wall_s=time.monotonic() - self.started, folder=self.folder.path,
+                          best_measurement=best_record["measurements"][-1])
         return outcome
 
     def _try(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, base: dict[str, Any],
-             floor: float, frame: dict[str, Any]) -> tuple[Incumbent, float]:
+             floor: float) -> Incumbent:
+        """One change: screen on one run, then interleave (incumbent, candidate) and keep it only when
+        the interval on the ratio clears the noise floor, parity holds and the worst case fits."""
         knobs = hypothesis.apply(incumbent.knobs)
         self.measured.add(key(knobs))
-        check_ceiling = CATALOG[hypothesis.knob].affects_memory
-        first = self._measure(knobs, trial, f"{hypothesis.change} (1/2)", check_ceiling)
-        results = [first]
-        ratio = None
+        results = [self._measure(knobs, trial, f"{hypothesis.change} (1/2)", CATALOG[hypothesis.knob].affects_memory)]
+        first = results[0]
+        verdict: stats.Comparison | None = None
+        parity_result = None
 
-        def finish(decision: str, reason: str, state: str = "complete") -> None:
-            record = self._record(trial, hypothesis.change, knobs, state, decision, reason,
-                                  [r for r in results if r["state"] == "complete"],
+        def finish(decision: str, reason: str, state: str = "complete") -> Incumbent:
+            complete = [r for r in results if r["state"] == "complete"]
+            record = self._record(trial, hypothesis.change, knobs, state, decision, reason, complete,
                                   wall=sum(r["wall_s"] for r in results), stderr=first.get("stderr_tail"))
-            record.update(ratio=ratio, incumbent_samples_per_s=incumbent.speed, noise_floor=floor,
-                          parity=parity_result, ceiling=ceiling)
+            record.update(incumbent_samples_per_s=incumbent.speed, noise_floor=floor, parity=parity_result,
+                          ceiling=complete[0]["measurement"].get("ceiling") if complete else None)
+            if verdict:
+                record.update(ratio=verdict.ratio, interval=[verdict.low, verdict.high], confidence=verdict.confidence)
             self._append(record)
+            if decision != "keep":
+                return incumbent
+            kept = Incumbent(knobs, [], trial)
+            for result in complete:
+                kept.add(result["measurement"])
+            return kept
 
-        parity_result, ceiling = None, None
         if first["state"] != "complete":
-            finish("discard", first["reason"], first["state"])
-            return incumbent, floor
+            return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
-        ratio = measurement["samples_per_s"] / incumbent.speed
         parity_result = parity.compare(base["parity_losses"], measurement["parity_losses"],
                                        parity.tolerance(self.job.start.precision, knobs.precision))
-        # The runner ran the worst-case batch before timing: a config over the limit came back `oom`.
-        ceiling = measurement.get("ceiling")
-        if ratio <= 1 + floor:
-            finish("discard", f"not faster beyond noise: x{ratio:.3f} <= x{1 + floor:.3f}")
-            return incumbent, floor
         if not parity_result["ok"]:
-            finish("discard", parity_result["reason"])
-            return incumbent, floor
-        # Confirm with an interleaved pair (incumbent, then candidate) in fresh processes.
+            return finish("discard", parity_result["reason"])
+        rows = self.job.effective_batch
+        verdict = stats.compare(incumbent.runs, [measurement["step_times_s"]], rows, floor)
+        if verdict.ratio <= 1 or verdict.verdict == "slower":
+            return finish("discard", f"not faster after one run: {verdict.reason}")
+        # Interleaved in fresh processes: ... A B, then A B again, so drift hits both sides alike.
         again = self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent again")
-        second = self._measure(knobs, trial, f"{hypothesis.change} (2/2)")
-        results.append(second)
+        results.append(self._measure(knobs, trial, f"{hypothesis.change} (2/2)"))
         if again["state"] == "complete":
-            incumbent.samples.append(again["measurement"]["samples_per_s"])
-            floor = max(floor, relative_spread(incumbent.samples))
+            incumbent.add(again["measurement"])
+        second = results[1]
         if second["state"] != "complete":
-            finish("discard", f"confirmation run ended {second['state']}: {second['reason']}", second["state"])
-            return incumbent, floor
-        samples = [first["measurement"]["samples_per_s"], second["measurement"]["samples_per_s"]]
-        ratio = median(samples) / incumbent.speed
-        if ratio <= 1 + floor or min(samples) / incumbent.speed <= 1 + floor:
-            finish("discard", f"did not hold on the interleaved re-measure: x{ratio:.3f} (noise floor {floor:.1%})")
-            return incumbent, floor
-        finish("keep", f"x{ratio:.3f} faster beyond the {floor:.1%} noise floor; {parity_result['reason']}"
-               + (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
-                  if ceiling else ""))
-        return Incumbent(knobs, samples, trial), floor
+            return finish("discard", f"the confirmation run ended {second['state']}: {second['reason']}",
+                          second["state"])
+        verdict = stats.compare(incumbent.runs, [r["measurement"]["step_times_s"] for r in results], rows, floor)
+        if verdict.verdict != "faster":
+            return finish("discard", verdict.reason)
+        ceiling = measurement.get("ceiling")
+        fits = (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
+                if ceiling else "")
+        return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
 
     # -- records ----------------------------------------------------------------------------
     def _record(self, trial: int, change: str | None, knobs: Knobs, state: str, decision: str, reason: str,

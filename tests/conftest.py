@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from autotune.executors import LocalExecutor
 from autotune.job import job_from_words
 from autotune.knobs import Knobs
 
@@ -55,14 +53,8 @@ def make_spec(tmp_path: Path, kind: str = "trial", job=None, knobs: Knobs | None
 
 
 def run_runner(tmp_path: Path, spec: dict, name: str) -> dict:
-    """The runner as the executor starts it: `python -m autotune.runners.hf SPEC RESULT`."""
-    folder = tmp_path / name
-    folder.mkdir()
-    (folder / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    subprocess.run([sys.executable, "-m", "autotune.runners.hf", str(folder / "spec.json"), str(folder / "result.json")],
-                   env=env, capture_output=True, text=True, timeout=300)
-    return json.loads((folder / "result.json").read_text())
+    """The runner in a child process, as the tuner runs it (CPU only, whatever the machine has)."""
+    return LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""}).run(spec, tmp_path / name, timeout_s=300)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,14 @@
-"""A child process on this machine per trial, in its own session so a timeout kills its workers too."""
+"""A fresh child process on this machine per trial, in its own session so a timeout kills its workers.
+
+Children are forked from a fork server that has imported torch and transformers (never CUDA: the
+import does not initialise it), so each trial is a new process without ~5 s of imports. `fork=False`
+starts each trial as `python -m autotune.runners.X` instead (another interpreter, or debugging).
+"""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -11,7 +17,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..runners.common import STDERR_TAIL, write_json_atomic
+from ..runners.common import STDERR_TAIL, run_forked, write_json_atomic
+
+PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.train",
+           "autotune.runners.models"]
+_fork_server = None
+
+
+def _context():
+    global _fork_server
+    if _fork_server is None:
+        _fork_server = multiprocessing.get_context("forkserver")
+        _fork_server.set_forkserver_preload(PRELOAD)
+    return _fork_server
 
 
 def _tail(path: Path) -> str:
@@ -22,31 +40,59 @@ def _tail(path: Path) -> str:
 
 
 class LocalExecutor:
-    def __init__(self, python: str = sys.executable, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, python: str = sys.executable, extra_env: dict[str, str] | None = None,
+                 fork: bool = True) -> None:
         self.python = python
         self.extra_env = extra_env or {}
+        self.fork = fork and python == sys.executable
+
+    def _env(self, spec: dict[str, Any]) -> dict[str, str]:
+        env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        if spec["job"].get("smoke"):
+            env["CUDA_VISIBLE_DEVICES"] = ""  # smoke is a CPU dry run, whatever the machine has
+        return env
+
+    def _start(self, spec: dict[str, Any], trial_dir: Path) -> Any:
+        runner, env = spec.get("runner", "hf"), self._env(spec)
+        paths = [str(trial_dir / name) for name in ("spec.json", "result.json", "stdout.txt", "stderr.txt")]
+        if self.fork:
+            child = _context().Process(target=run_forked, args=(runner, *paths, env), daemon=False)
+            child.start()
+            return child
+        with open(paths[2], "w") as out, open(paths[3], "w") as err:
+            return subprocess.Popen([self.python, "-m", f"autotune.runners.{runner}", *paths[:2]], stdout=out,
+                                    stderr=err, env={**os.environ, **env}, start_new_session=True)
+
+    @staticmethod
+    def _wait(child: Any, timeout_s: float) -> int | None:
+        """The exit code, or None after killing the child's whole session at the timeout."""
+        if isinstance(child, subprocess.Popen):
+            try:
+                return child.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            child.join(timeout_s)
+            if child.exitcode is not None:
+                return child.exitcode
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        child.wait() if isinstance(child, subprocess.Popen) else child.join()
+        return None
 
     def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
         result_path.unlink(missing_ok=True)
         write_json_atomic(spec_path, spec)
-        env = {**os.environ, **self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-        if spec["job"].get("smoke"):
-            env["CUDA_VISIBLE_DEVICES"] = ""  # smoke is a CPU dry run, whatever the machine has
         started = time.monotonic()
-        with open(trial_dir / "stdout.txt", "w") as out, open(trial_dir / "stderr.txt", "w") as err:
-            child = subprocess.Popen(
-                [self.python, "-m", f"autotune.runners.{spec.get('runner', 'hf')}", str(spec_path), str(result_path)],
-                stdout=out, stderr=err, env=env, start_new_session=True)
-            try:
-                code = child.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-                return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",
-                        "wall_s": round(time.monotonic() - started, 3), "exit_code": None}
+        code = self._wait(self._start(spec, trial_dir), timeout_s)
         wall = round(time.monotonic() - started, 3)
+        if code is None:
+            return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",
+                    "wall_s": wall, "exit_code": None}
         if result_path.exists():
             result = json.loads(result_path.read_text())
             result.update(wall_s=wall, exit_code=code)

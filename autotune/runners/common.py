@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -32,11 +33,26 @@ def inject_early_fault(kind: str | None) -> None:
         time.sleep(10 ** 6)
 
 
-def main(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
-         fault_type: type) -> None:
-    """`python -m autotune.runners.X SPEC RESULT`: run `body(spec)`, always leave a result if alive."""
-    spec_path, result_path = Path(sys.argv[1]), Path(sys.argv[2])
-    spec = json.loads(spec_path.read_text())
+def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, stderr_path: str,
+               env: dict[str, str]) -> None:
+    """A trial in a child forked from the executor's fork server, which imported torch and
+    transformers once: a fresh process per trial without paying for those imports each time.
+
+    Own session (so a timeout can kill its loader workers too), own environment, own log files."""
+    os.setsid()
+    os.environ.update(env)
+    for fd, path in ((1, stdout_path), (2, stderr_path)):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(handle, fd)
+        os.close(handle)
+    module = importlib.import_module(f"autotune.runners.{runner}")
+    sys.exit(module.entry(Path(spec_path), Path(result_path)))
+
+
+def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
+            fault_type: type, spec_path: Path, result_path: Path) -> int:
+    """Run `body(spec)` and always leave a result file while the process lives; the exit code."""
+    spec = json.loads(Path(spec_path).read_text())
     started = time.time()
     try:
         result = {"state": "complete", "reason": "", **body(spec)}
@@ -53,4 +69,4 @@ def main(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[Bas
     measurement = result.get("measurement") or {}
     summary = f"samples/s={measurement['samples_per_s']:.3f}" if "samples_per_s" in measurement else result["reason"]
     print(f"autotune runner: {result['state']} {summary}", flush=True)
-    sys.exit(0 if result["state"] == "complete" else 1)
+    return 0 if result["state"] == "complete" else 1

@@ -170,7 +170,13 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
     return frame(spec) if spec["kind"] == "frame" else trial(spec)
 
 
-if __name__ == "__main__":
+def entry(spec_path: Path, result_path: Path) -> int:
     from .train import TrialFault, is_oom
 
-    common.main(body, is_oom, TrialFault)
+    return common.execute(body, is_oom, TrialFault, spec_path, result_path)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(entry(Path(sys.argv[1]), Path(sys.argv[2])))

@@ -1,20 +1,32 @@
 """Record real optimizer-step times for the tests of autotune.probes.stats.
 
-Run: `python tests/data/record_step_times.py` (about a minute on one core). Writes step_times.json
-next to this file. Nothing here is imported by the tests; they only read the JSON.
+Run: `python tests/data/record_step_times.py` (about 2 minutes on one core, nearly all of it Python
+and torch start-up). Writes step_times.json next to this file. The tests only read the JSON.
 
 What is measured, and why it looks like a tuning session:
 - A 1-layer transformer LM (embedding, one encoder layer, vocabulary head), CPU, one thread, trained
   with AdamW. Every step has the same number of rows but a seeded, varying sequence length, so the
   workload differs by step index exactly as it does with real, unpadded data; step i holds the same
   rows in every run.
-- Each run is a fresh process (import, allocator and caches start cold, as for a trial); 2 warm-up
+- Each run is a fresh interpreter (its own imports, allocator, memory layout, as a trial); 2 warm-up
   steps are run and not recorded, then STEPS steps are timed.
 - "normal": the plain loop, repeated runs of ONE config (the A/A data).
 - "slowed": the same loop with time.sleep(5% of that step's median normal time) inside every timed
   step: a real slowdown of 5% (throughput x1/1.05 = x0.952).
 - Order: CALIBRATION normal runs first (their per-step medians size the sleeps), then normal and
   slowed runs interleaved N S S N ..., as the tuner interleaves incumbent and candidate.
+
+Pre-started, then released one at a time: every process is started and has imported torch and built
+its model BEFORE any run is timed, then parks on stdin; the recorder releases them one by one, so a
+run's warm-up and timed steps never share the CPUs with another run's start-up, and all timed windows
+fall within ~15 s. That matters on a shared VM: there, the speed of the same process drifts by ±15%
+between regimes that last several seconds (measured: one process, 48 rounds of the 10 steps, rounds
+of 230 ms and of 330 ms in stretches), which is noise of the host and not of the instrument. A
+recording spread over minutes of start-ups mixes those regimes into every comparison.
+
+Neighbours: before each release the recorder waits (at most QUIET_WAIT_S) until other processes keep
+at most QUIET_CORES cores busy, and stores per run the cores other processes kept busy during it
+(Linux /proc/stat minus the run's own CPU time), so a reader can see how quiet the machine was.
 """
 
 from __future__ import annotations
@@ -36,11 +48,45 @@ SEED = 1234
 CALIBRATION = 6          # normal runs before the interleaved part
 PAIRS = 6                # interleaved normal/slowed pairs -> 12 normal, 6 slowed in all
 SLOWDOWN = 0.05
+QUIET_CORES = 0.5        # busy cores of other processes tolerated before a run is released
+QUIET_WAIT_S = 15.0      # longest wait for that, per run; then the run goes anyway (and says so)
 OUT = Path(__file__).with_name("step_times.json")
 
 
-def child(sleeps: list[float]) -> None:
-    """One run: build, warm up, time STEPS steps; print the step times as JSON on stdout."""
+def cpu_ticks() -> tuple[float, float] | None:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat; None off Linux."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / hz, sum(fields) / hz
+
+
+def others_busy(before: tuple[float, float] | None, after: tuple[float, float] | None, own_cpu_s: float,
+                wall_s: float) -> float | None:
+    """Cores kept busy by other processes between two cpu_ticks() readings."""
+    if before is None or after is None or wall_s <= 0:
+        return None
+    return max(0.0, (after[0] - before[0] - own_cpu_s) / wall_s)
+
+
+def wait_until_quiet() -> float:
+    """Seconds waited for other processes to go below QUIET_CORES busy cores."""
+    began = time.monotonic()
+    while time.monotonic() - began < QUIET_WAIT_S:
+        before, t0 = cpu_ticks(), time.monotonic()
+        time.sleep(0.5)
+        busy = others_busy(before, cpu_ticks(), 0.0, time.monotonic() - t0)
+        if busy is None or busy <= QUIET_CORES:
+            break
+    return round(time.monotonic() - began, 1)
+
+
+def child() -> None:
+    """One run: build, park until released (stdin gives the per-step sleeps), warm up, time STEPS
+    steps; print the step times as JSON on stdout."""
     import torch
     from torch import nn
 
@@ -66,6 +112,9 @@ def child(sleeps: list[float]) -> None:
         loss.backward()
         opt.step()
 
+    print("ready", flush=True)
+    sleeps = json.loads(sys.stdin.readline())
+    cpu0 = time.process_time()
     for tokens in batches[:WARMUP]:
         step(tokens)
     times = []
@@ -75,31 +124,43 @@ def child(sleeps: list[float]) -> None:
         if sleeps:
             time.sleep(sleeps[i])
         times.append(time.perf_counter() - start)
-    print(json.dumps({"step_times": times, "lengths": lengths[WARMUP:]}))
+    print(json.dumps({"step_times": times, "lengths": lengths[WARMUP:], "cpu_s": time.process_time() - cpu0}))
 
 
-def run(sleeps: list[float]) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", json.dumps(sleeps)],
-                         capture_output=True, text=True, check=True, timeout=120)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def start() -> subprocess.Popen:
+    """A fresh interpreter that builds its run and parks; returns once it is parked."""
+    proc = subprocess.Popen([sys.executable, __file__, "--child"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def release(proc: subprocess.Popen, sleeps: list[float]) -> dict:
+    waited = wait_until_quiet()
+    before, t0 = cpu_ticks(), time.monotonic()
+    out, _ = proc.communicate(json.dumps(sleeps) + "\n", timeout=120)
+    got = json.loads(out.strip().splitlines()[-1])
+    busy = others_busy(before, cpu_ticks(), got["cpu_s"], time.monotonic() - t0)
+    got["conditions"] = {"waited_s": waited, "others_busy_cores": None if busy is None else round(busy, 2)}
+    return got
 
 
 def main() -> None:
     import torch  # only for the version; the runs import it in their own processes
 
     began = time.monotonic()
-    normal, slowed, order = [], [], []
-    for _ in range(CALIBRATION):
-        got = run([])
-        normal.append(got["step_times"])
-        order.append("normal")
-    medians = [statistics.median(col) for col in zip(*normal)]
-    sleeps = [SLOWDOWN * m for m in medians]
+    kinds = ["normal"] * CALIBRATION
     for i in range(PAIRS):
-        for kind in (("normal", "slowed") if i % 2 == 0 else ("slowed", "normal")):
-            got = run(sleeps if kind == "slowed" else [])
-            (slowed if kind == "slowed" else normal).append(got["step_times"])
-            order.append(kind)
+        kinds += ["normal", "slowed"] if i % 2 == 0 else ["slowed", "normal"]
+    procs = [start() for _ in kinds]   # one after another: start-ups never overlap a timed run
+    timed_from = time.monotonic()
+    normal, slowed, conditions, sleeps = [], [], [], []
+    for k, (kind, proc) in enumerate(zip(kinds, procs)):
+        if k == CALIBRATION:
+            sleeps = [SLOWDOWN * statistics.median(col) for col in zip(*normal)]
+        got = release(proc, sleeps if kind == "slowed" else [])
+        (slowed if kind == "slowed" else normal).append(got["step_times"])
+        conditions.append(got["conditions"])
     data = {
         "schema_version": 1,
         "description": __doc__.strip().splitlines()[0],
@@ -110,16 +171,18 @@ def main() -> None:
         "model": "Embedding(1000,128) + TransformerEncoderLayer(128, 4 heads, ffn 512) + Linear(128,1000); "
                  "AdamW; CPU, 1 thread",
         "rows_per_step": ROWS_PER_STEP, "warmup_steps": WARMUP, "steps": STEPS,
-        "lengths": got["lengths"], "slowdown": SLOWDOWN, "sleep_s": sleeps, "run_order": order,
+        "lengths": got["lengths"], "slowdown": SLOWDOWN, "sleep_s": sleeps, "run_order": kinds,
+        "run_conditions": conditions, "quiet_cores": QUIET_CORES,
         "normal": normal, "slowed": slowed,
-        "recording_s": round(time.monotonic() - began, 1),
+        "recording_s": round(time.monotonic() - began, 1), "timed_span_s": round(time.monotonic() - timed_from, 1),
     }
     OUT.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {OUT}: {len(normal)} normal, {len(slowed)} slowed runs in {data['recording_s']} s")
+    print(f"wrote {OUT}: {len(normal)} normal, {len(slowed)} slowed runs in {data['recording_s']} s "
+          f"(timed part {data['timed_span_s']} s)")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--child":
-        child(json.loads(sys.argv[2]))
+    if sys.argv[1:] == ["--child"]:
+        child()
     else:
         main()

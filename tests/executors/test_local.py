@@ -52,3 +52,11 @@ def test_a_hung_trial_times_out_and_its_process_group_is_killed(tmp_path, execut
     assert result["state"] == "timeout"
     assert "20s" in result["reason"]
     assert result["wall_s"] < 60
+
+
+def test_the_runner_also_runs_as_a_plain_module_process(tmp_path, framed):
+    """`python -m autotune.runners.hf SPEC RESULT`: the path for another interpreter (or a remote box)."""
+    framed()
+    result = LocalExecutor(fork=False).run(make_spec(tmp_path), tmp_path / "plain", timeout_s=300)
+    assert result["state"] == "complete" and result["exit_code"] == 0
+    assert (tmp_path / "plain" / "stdout.txt").read_text().startswith("autotune runner: complete")
