@@ -42,7 +42,14 @@ def test_demo_smoke_finds_a_faster_config_that_trains_the_same_thing(tmp_path):
     assert best["knobs"] == kept[-1]["knobs"]
     assert best["command"].startswith("trl sft") and "--max_length 512" in best["command"]
     report = (folder / "report.md").read_text()
-    assert "## Trials" in report and "## Best config" in report
+    assert "## Trials" in report and "## Best config" in report and "| MFU |" in report
+    assert "## Where the time goes" in report
+    # Measured, not assumed: the frame holds this CPU's measured peaks, the baseline's ceiling and breakdown.
+    frame = json.loads((folder / "frame.json").read_text())
+    assert frame["device"]["peaks"]["matmul_flops"]["fp32"] > 0 and frame["device"]["peaks"]["copy_bytes_per_s"] > 0
+    assert frame["ceiling"]["fits"] is True and frame["breakdown"]["forward_share"] > 0
+    assert all(0 < m["mfu"] < 1 for t in trials for m in t["measurements"])
+    assert all(t["interval"][0] > 1 for t in kept)  # kept only when the interval clears the floor
     assert "baseline" in done.stdout and "best" in done.stdout
 
 

@@ -119,3 +119,20 @@ def test_text_file_dataset_and_local_model_folder(tmp_path):
     assert frame["frame"]["data"]["rows_sampled"] == 60
     trial = run_runner(tmp_path, make_spec(tmp_path, job=job) | {"job": frame_spec["job"]}, "trial")
     assert trial["state"] == "complete", trial
+
+
+def test_a_known_device_reuses_its_cached_peaks(tmp_path, framed):
+    frame = framed()
+    peaks = frame["device"]["peaks"]
+    cache = {peaks["fingerprint"]: {**peaks, "matmul_flops": {**peaks["matmul_flops"], "fp32": 4.2e10}}}
+    again = run_runner(tmp_path, make_spec(tmp_path, "frame", peak_cache=cache), "frame-cached")
+    cached = again["frame"]["device"]["peaks"]
+    assert cached["cached"] is True and cached["matmul_flops"]["fp32"] == 4.2e10
+
+
+def test_an_mfu_above_one_is_an_impossible_reading(tmp_path, framed):
+    frame = framed()
+    peaks = {**frame["device"]["peaks"], "matmul_flops": {"fp32": 1.0}}  # a peak no real device has
+    result = run_runner(tmp_path, make_spec(tmp_path, peaks=peaks), "impossible")
+    assert result["state"] == "invalid", result
+    assert "MFU" in result["reason"] and result["measurement_rejected"]["mfu"] > 1
