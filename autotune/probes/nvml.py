@@ -51,14 +51,17 @@ class Sampler:
         self._handle = None
 
     def _open(self) -> Any:  # CUDA-only
+        """The NVML handle of the GPU this process uses: CUDA's device 0 is the first entry of
+        CUDA_VISIBLE_DEVICES (an NVML index or a GPU UUID) when that is set."""
+        import os
+
         import pynvml
-        import torch
 
         pynvml.nvmlInit()
-        bus_id = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "pci_bus_id", None)
-        if bus_id is not None:
-            return pynvml.nvmlDeviceGetHandleByPciBusId(f"{bus_id:08x}" if isinstance(bus_id, int) else bus_id)
-        return pynvml.nvmlDeviceGetHandleByIndex(0)
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+        if visible.startswith(("GPU-", "MIG-")):
+            return pynvml.nvmlDeviceGetHandleByUUID(visible)
+        return pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
 
     def _read(self) -> dict[str, float]:  # CUDA-only
         import pynvml

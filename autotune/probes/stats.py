@@ -10,6 +10,10 @@ Two sources of noise, handled separately:
 - between runs (process start-up, allocator layout, clock state, neighbours): the bootstrap resamples
   runs on each side, and the noise floor is the margin for what a few runs cannot show.
 
+How the loop uses it: noise_floor() once, from the baseline's repeats (>= 3 fresh runs of the user's
+config); then, for each candidate, compare() on NEW interleaved runs of incumbent and candidate with
+that floor. The floor is not recomputed from the compared runs: fitted to them, it would hide noise.
+
 Standard library and numpy only: the tuner's parent process never imports torch.
 """
 
@@ -120,7 +124,9 @@ def noise_floor(runs: list[list[float]], confidence: float = 0.95, resamples: in
     `confidence` quantile of the excesses: how far one process of a config can sit from another
     BEYOND what its step-to-step noise explains (start-up state, memory layout, clocks, neighbours),
     i.e. the run-to-run offset that resampling a few runs in `compare` cannot see. A comparison of
-    two groups of the same config then rarely (about 1 - confidence) has low > 1 + floor.
+    two groups of the same config then rarely (about 1 - confidence) has low > 1 + floor; single-run
+    pairs make it conservative for groups of 3 (recorded A/A, 3 vs 3, floor from 3 other runs:
+    "no difference" in 199 of 200 draws).
 
     It is never below one scheduler slice over the median run's time (see SCHED_SLICE_S): the
     resolution of a wall-clock run. With one run there are no pairs and that minimum is returned:

@@ -1,7 +1,8 @@
 """Record real optimizer-step times for the tests of autotune.probes.stats.
 
 Run: `python tests/data/record_step_times.py` (about 2 minutes on one core, nearly all of it Python
-and torch start-up). Writes step_times.json next to this file. The tests only read the JSON.
+and torch start-up: 18 processes of ~5 s each). Writes step_times.json next to this file; the tests
+only read the JSON.
 
 What is measured, and why it looks like a tuning session:
 - A 1-layer transformer LM (embedding, one encoder layer, vocabulary head), CPU, one thread, trained
@@ -18,11 +19,14 @@ What is measured, and why it looks like a tuning session:
 
 Pre-started, then released one at a time: every process is started and has imported torch and built
 its model BEFORE any run is timed, then parks on stdin; the recorder releases them one by one, so a
-run's warm-up and timed steps never share the CPUs with another run's start-up, and all timed windows
-fall within ~15 s. That matters on a shared VM: there, the speed of the same process drifts by ±15%
-between regimes that last several seconds (measured: one process, 48 rounds of the 10 steps, rounds
-of 230 ms and of 330 ms in stretches), which is noise of the host and not of the instrument. A
-recording spread over minutes of start-ups mixes those regimes into every comparison.
+run's warm-up and timed steps never share the CPUs with another run's start-up, and the timed windows
+are close together (~40 s for all 18 instead of minutes of start-ups between them).
+
+What this cannot remove: on the 2-vCPU VM the committed file was recorded on, the same process drifts
+by +-15% between speed regimes that last several seconds, with nothing else running in the VM
+(measured: one process, 48 rounds of the 10 steps: stretches of ~330 ms rounds and of ~230 ms rounds;
+an MLP shows the same). That is noise of the host, and it is in the file: normal runs from 251 to
+392 ms. A 5% slowdown is not resolvable with 3 vs 3 such runs; the tests say so instead of passing.
 
 Neighbours: before each release the recorder waits (at most QUIET_WAIT_S) until other processes keep
 at most QUIET_CORES cores busy, and stores per run the cores other processes kept busy during it
