@@ -53,6 +53,7 @@ class Progress:
                           f"{r['samples_per_s']:.3f}" if r["samples_per_s"] else "-",
                           f"{r['ratio']:.3f}" if r["ratio"] else "-", f"{peak / 2**20:.0f}" if peak else "-")
         self.console.print(table)
-        baseline, best = outcome.baseline["samples_per_s"], outcome.best.speed
+        baseline, best = outcome.baseline["samples_per_s"], outcome.best_speed
         self.console.print(f"baseline {baseline:.3f} samples/s -> best {best:.3f} samples/s "
-                           f"([bold]x{best / baseline:.2f}[/bold]); report: {folder}/report.md", highlight=False)
+                           f"([bold]x{outcome.speedup:.2f}[/bold] by interleaved comparisons); "
+                           f"report: {folder}/report.md", highlight=False)

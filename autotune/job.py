@@ -116,9 +116,10 @@ def parse_duration(text: str) -> int:
 
 def parse_size(text: str) -> int:
     match = _SIZE.match(text.strip())
-    if not match or float(match.group(1)) <= 0:
-        raise JobError(f"mem_limit={text!r}: expected {JOB_KEYS['mem_limit']}")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()]) if match else 0
+    if size < 2**20:  # below a MiB no model fits; a typo such as 0.5B is caught here
+        raise JobError(f"mem_limit={text!r}: expected {JOB_KEYS['mem_limit']}, at least 1MiB")
+    return size
 
 
 def parse_share(text: str) -> float:

@@ -33,8 +33,8 @@ class RunFolder:
         if self.experiments.exists() and self.experiments.stat().st_size:
             raise JobError(f"RUN {self.path.name!r}: {self.path} already holds a run; pick another RUN name "
                            "(its records are kept) or remove that folder")
-        self.path.mkdir(parents=True, exist_ok=True)
         validate("job", job, str(self.job))
+        self.path.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.job, job)
 
     def append_experiment(self, record: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -53,8 +54,14 @@ def trainer_kwargs(job: Job, knobs: Knobs) -> dict[str, dict[str, Any]]:
         sft["padding_free"] = True
     elif knobs.padding == "max_length":
         sft["pad_to_multiple_of"] = job.max_len
-    return {"training_arguments": args, "sft_config": sft,
-            "from_pretrained": {"attn_implementation": knobs.attn_implementation}}
+    # Trials load fp32 master weights (mixed precision is autocast), as TRL's default dtype does;
+    # transformers' own default ("auto") would load bf16 weights and train something else.
+    load = {"attn_implementation": knobs.attn_implementation, "dtype": "float32"}
+    if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2":
+        # Without a cache, transformers builds a block-diagonal mask from restarting position_ids;
+        # with one (the default config), packed rows attend to each other.
+        load["use_cache"] = False
+    return {"training_arguments": args, "sft_config": sft, "from_pretrained": load}
 
 
 def trl_command(job: Job, knobs: Knobs) -> str:
@@ -62,11 +69,15 @@ def trl_command(job: Job, knobs: Knobs) -> str:
     words = ["trl", "sft", "--model_name_or_path", job.model, "--dataset_name", job.dataset.split(":")[0]]
     if ":" in job.dataset:
         words += ["--dataset_config", job.dataset.split(":", 1)[1]]
-    merged = {**kwargs["sft_config"], **kwargs["training_arguments"], **kwargs["from_pretrained"]}
+    load = dict(kwargs["from_pretrained"])
+    merged = {**kwargs["sft_config"], **kwargs["training_arguments"], "attn_implementation": load.pop("attn_implementation"),
+              "dtype": load.pop("dtype")}
     if job.method == "lora":
         merged["use_peft"] = True
     for name, value in merged.items():
         words += [f"--{name}", str(value)]
+    if load:
+        words += ["--model_init_kwargs", json.dumps(load)]
     return shlex.join(words)
 
 
@@ -74,8 +85,10 @@ def caveats(knobs: Knobs) -> list[str]:
     notes = []
     if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2":
         notes.append("padding_free was measured with a block-diagonal attention mask (rows never see each other). "
-                     "TRL's padding-free collator passes only position_ids, which is correct only with "
-                     "flash_attention_2; with sdpa or eager use autotune's collator or switch to flash attention.")
+                     "TRL's padding-free collator passes only position_ids: that keeps rows apart with sdpa or "
+                     "eager only when the model runs without a cache, hence use_cache=False in the model "
+                     "arguments; TRL documents padding_free for flash_attention_2 only, so check a first step's "
+                     "per-row losses against padded batches before a long run.")
     return notes
 
 
@@ -131,7 +144,7 @@ def _percent(value: float | None) -> str:
 
 def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
     baseline = outcome.baseline["samples_per_s"]
-    best = outcome.best.speed
+    best = outcome.best_speed
     lines = [f"# autotune run `{job.run}`", "",
              f"Job: model `{job.model}`, dataset `{job.dataset}`, max_len {job.max_len}, "
              f"effective_batch {job.effective_batch}, method {job.method}, host {job.host}"
@@ -139,7 +152,8 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
     lines += _frame_lines(outcome.frame)
     lines += ["", "## Result", "",
               f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.1%})",
-              f"- best: {best:.3f} samples/s, **x{best / baseline:.2f}** the baseline (trial {outcome.best.trial})",
+              f"- best: {best:.3f} samples/s (trial {outcome.best.trial}), **x{outcome.speedup:.2f}** the baseline "
+              "by the chain of interleaved comparisons of the kept changes",
               f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s", "",
               "## Trials", "",
               "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |",

@@ -74,6 +74,23 @@ class Outcome:
     stop_reason: str
     wall_s: float = 0.0
     best_measurement: dict[str, Any] | None = None
+
+    @property
+    def best_speed(self) -> float:
+        """Samples/s of the best config, from its own trial (the baseline's when nothing was kept)."""
+        if self.best.trial == 0:
+            return self.baseline["samples_per_s"]
+        return next(r for r in self.records if r["trial"] == self.best.trial)["samples_per_s"]
+
+    @property
+    def speedup(self) -> float:
+        """Best against baseline as the product of the kept changes' interleaved ratios: each was
+        measured side by side with its incumbent, so the machine's drift over the run cancels."""
+        product = 1.0
+        for record in self.records:
+            if record["decision"] == "keep":
+                product *= record["ratio"]
+        return product
     folder: Path = field(default_factory=Path)
 
 
@@ -161,8 +178,8 @@ class Tuner:
                               "baseline", f"the user's config, measured {len(complete)} times in fresh processes; "
                               f"A/A noise floor {floor:.1%}", complete, wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
-        if len(complete) < 2:
-            failed = next(r for r in results if r["state"] != "complete")
+        if results[0]["state"] == "oom" or len(complete) < 2:
+            failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
             record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
             record["stderr_tail"] = failed.get("stderr_tail")
             self._append(record)
@@ -246,16 +263,22 @@ class Tuner:
         verdict = stats.compare(incumbent.runs, [measurement["step_times_s"]], rows, floor)
         if verdict.ratio <= 1 or verdict.verdict == "slower":
             return finish("discard", f"not faster after one run: {verdict.reason}")
-        # Interleaved in fresh processes: ... A B, then A B again, so drift hits both sides alike.
-        again = self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent again")
+        # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
+        # verdict uses only this trial's incumbent runs (older ones would turn drift into a gain).
+        fresh = [self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)")]
         results.append(self._measure(knobs, trial, f"{hypothesis.change} (2/2)"))
-        if again["state"] == "complete":
-            incumbent.add(again["measurement"])
+        fresh.append(self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
+        fresh = [r for r in fresh if r["state"] == "complete"]
+        for result in fresh:
+            incumbent.add(result["measurement"])
         second = results[1]
         if second["state"] != "complete":
             return finish("discard", f"the confirmation run ended {second['state']}: {second['reason']}",
                           second["state"])
-        verdict = stats.compare(incumbent.runs, [r["measurement"]["step_times_s"] for r in results], rows, floor)
+        if not fresh:
+            return finish("discard", "the incumbent could not be measured again beside the candidate")
+        verdict = stats.compare([r["measurement"]["step_times_s"] for r in fresh],
+                                [r["measurement"]["step_times_s"] for r in results], rows, floor)
         if verdict.verdict != "faster":
             return finish("discard", verdict.reason)
         ceiling = measurement.get("ceiling")

@@ -85,7 +85,7 @@ def test_other_knobs_map_to_their_trainer_names():
     assert args["gradient_checkpointing"] is True and args["torch_compile"] is True
     assert args["dataloader_pin_memory"] is True
     assert args["dataloader_num_workers"] == 2 and args["optim"] == "adamw_torch_fused"
-    assert kwargs["from_pretrained"] == {"attn_implementation": "sdpa"}
+    assert kwargs["from_pretrained"] == {"attn_implementation": "sdpa", "dtype": "float32"}
 
 
 def test_trl_command_carries_the_config():
@@ -181,3 +181,13 @@ def test_results_tsv_one_line_per_trial(tmp_path):
     assert lines[1].split("\t")[1] == "(baseline)"
     assert lines[1].split("\t")[7] == "3.000"
     assert lines[2].split("\t")[4] == "-"
+
+
+def test_padding_free_without_flash_attention_loads_the_model_without_a_cache():
+    """With a cache, transformers skips packed-row detection and rows attend to each other."""
+    job = make_job()
+    knobs = Knobs(padding="padding_free", attn_implementation="sdpa", per_device_train_batch_size=4)
+    assert trainer_kwargs(job, knobs)["from_pretrained"]["use_cache"] is False
+    assert '--model_init_kwargs \'{"use_cache": false}\'' in trl_command(job, knobs)
+    flash = Knobs(padding="padding_free", attn_implementation="flash_attention_2", precision="bf16")
+    assert "use_cache" not in trainer_kwargs(job, flash)["from_pretrained"]

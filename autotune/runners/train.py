@@ -184,7 +184,10 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     parity_ids = list(range(2 * effective_batch))
     measured_ids = list(range(2 * effective_batch, (2 + measure_steps) * effective_batch))
     if knobs["group_by_length"]:
-        measured_ids = group_by_length(measured_ids, lengths, micro)
+        # Within each optimizer step: every step keeps its rows (paired statistics and the loss stay
+        # exact), and its micro-batches hold rows of similar length (less padding).
+        measured_ids = [r for start in range(0, len(measured_ids), effective_batch)
+                        for r in group_by_length(measured_ids[start:start + effective_batch], lengths, micro)]
     plan = Plan(step_plan(parity_ids, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
                 warmup_max, profile_steps)
     workers = knobs["dataloader_num_workers"]
@@ -256,14 +259,23 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
 
 
 def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], vocab_size: int) -> dict[str, Any]:
-    """Peak memory of one full optimizer step on a micro-batch of max_len rows."""
+    """Peak memory of full optimizer steps on micro-batches of max_len rows.
+
+    The first step creates the optimizer state (Adam: two tensors per parameter); the peak is read
+    over a second step, whose activations then coexist with that state and, when accumulating, with
+    the gradients of the step's earlier micro-batches.
+    """
     micro, max_len = knobs["per_device_train_batch_size"], job["max_len"]
     rows = worst_case_rows(micro, max_len, vocab_size)
     batch = collate(rows, knobs["padding"], max_len, job["pad_id"], knobs["attn_implementation"])
+    accumulated = min(2, job["effective_batch"] // micro)
+    targets = accumulated * micro * (max_len - 1)
     memory.reset_peak(engine.device)
     try:
-        engine.micro_step(batch, micro * (max_len - 1))
-        engine.optimizer_step()  # optimizer state exists only after the first real step
+        for _ in range(2):
+            for _ in range(accumulated):
+                engine.micro_step(batch, targets)
+            engine.optimizer_step()
         engine.synchronize()
     except Exception as error:  # noqa: BLE001 - only OOM is an expected outcome here
         if not is_oom(error):

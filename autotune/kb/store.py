@@ -1,0 +1,473 @@
+"""The knowledge-base store: append-only tables of validated records, safe under kills and sharing.
+
+The only module that imports tinydb. On disk a knowledge-base folder holds one JSON-lines file per
+table and a lock file:
+
+    <folder>/runs.jsonl            {"id":1,"record":{"schema_version":1,...}}\\n  one record a line
+    <folder>/trials.jsonl          ids count up from 1 within a table and are never reused
+    <folder>/claims.jsonl
+    <folder>/claim_history.jsonl
+    <folder>/.store.lock           flock: exclusive to append or repair, shared to read
+    <folder>/.runs.checked.json    a cache: "the first N bytes of runs.jsonl, sha256 H, passed these schemas"
+
+Why appending and not "temp file, fsync, rename": a rename rewrites the whole table on every record
+(10,000 records → 10,000 rewrites of a growing file). An append is one `os.write` of the complete line
+on an O_APPEND descriptor, then `fsync`, under the exclusive lock; `append` returns only after both.
+A SIGKILL or a power cut can therefore leave at most one unfinished line, the last one, which never
+ends in a newline (json escapes newlines inside a record, so the line's only newline is its last
+byte). Earlier lines are never touched again: nothing is rewritten in place. Readers take the shared
+lock, so they never see a line that is still being written.
+
+Every record carries `schema_version` and is checked against `autotune/schemas/kb_<table>.json` (via
+TABLES) before it is written and again when it is read back. A torn last line raises TornLineError and
+a bad line raises CorruptFileError; both name the file, the line and the way to recover, and neither
+ever yields a silently empty or shortened knowledge base. `repair(folder)` removes a torn last line,
+and only that, and says what it removed.
+
+Queries run over the records held in memory through tinydb (a read-only storage fed by the files);
+each read first loads whatever other processes have appended since the last read, and only that.
+
+Checking every record against its schema costs far more than parsing it (about 0.1 ms a record, so a
+second for 10,000). A `.<table>.checked.json` file remembers a prefix of the table file that has
+passed the current schemas, by length and sha256; a later open still parses every line and checks ids,
+but skips the schema check for lines inside a prefix whose bytes and schemas hash the same. Any edit
+inside the prefix, or any change to a schema file, changes a hash and everything is checked again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache, reduce
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from tinydb import TinyDB, where
+from tinydb.storages import Storage
+
+from ..errors import RecordError
+
+# table name -> schema file (without .json) in autotune/schemas/
+TABLES: dict[str, str] = {
+    "runs": "kb_run",
+    "trials": "kb_trial",
+    "claims": "kb_claim",
+    "claim_history": "kb_claim_history",
+}
+SUFFIX = ".jsonl"
+LOCK_FILE = ".store.lock"
+MARK_EVERY = 256  # newly checked lines before the checked-prefix cache is brought up to date
+
+
+class InvalidRecordError(RecordError):
+    """A record offered to `append` is not valid for its table; nothing was written."""
+
+
+class CorruptFileError(RecordError):
+    """A table file holds a line that is not a valid record. Names the file, the line and the fix."""
+
+    def __init__(self, path: Path, line: int, message: str):
+        super().__init__(message)
+        self.path = Path(path)
+        self.line = line
+
+
+class TornLineError(CorruptFileError):
+    """The last line of a table file was cut off by a crash; `repair(folder)` removes it."""
+
+
+@dataclass(frozen=True)
+class Repair:
+    """What `repair` removed from one file: the torn last line (never a complete record)."""
+
+    path: Path
+    line: int
+    removed_bytes: int
+    preview: str
+
+    def __str__(self) -> str:
+        return (f"{self.path}: removed torn line {self.line} ({self.removed_bytes} bytes, "
+                f"an append that never completed): {self.preview}")
+
+
+# ---------------------------------------------------------------------------------------------- schemas
+
+@lru_cache(maxsize=None)
+def _validator(schema: str) -> Any:
+    """A Draft 2020-12 validator for autotune/schemas/<schema>.json; other schema files resolve as $refs."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    folder = resources.files("autotune.schemas")
+    contents = {item.name: json.loads(item.read_text()) for item in folder.iterdir()
+                if item.name.endswith(".json")}
+    if f"{schema}.json" not in contents:
+        raise RecordError(f"no schema {schema}.json in autotune/schemas/")
+    registry = Registry().with_resources((name, Resource.from_contents(body)) for name, body in contents.items())
+    return jsonschema.Draft202012Validator(contents[f"{schema}.json"], registry=registry)
+
+
+@lru_cache(maxsize=1)
+def _schemas_digest() -> str:
+    """sha256 over every schema file: a checked-prefix cache holds only while none of them changes."""
+    digest = hashlib.sha256()
+    for item in sorted(resources.files("autotune.schemas").iterdir(), key=lambda item: item.name):
+        if item.name.endswith(".json"):
+            digest.update(item.name.encode() + b"\0" + item.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _violation(schema: str, record: Any) -> str | None:
+    """The first schema violation of a record, as one line, or None when it is valid."""
+    error = next(iter(_validator(schema).iter_errors(record)), None)
+    if error is None:
+        return None
+    where_ = "/".join(str(p) for p in error.absolute_path) or "(top)"
+    return f"not valid against {schema}.json: at {where_}: {error.message}"
+
+
+# ------------------------------------------------------------------------------------------------ locks
+
+@contextmanager
+def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
+    # Opened per use, never kept: a forked child sharing the parent's descriptor would share its lock.
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor of this open file releases the lock
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------------------------------------- storage
+
+class _ReadOnlyStorage(Storage):
+    """tinydb storage over the records the Store loaded from the files; tinydb never writes through it."""
+
+    def __init__(self, tables: dict[str, dict[int, dict[str, Any]]]):
+        super().__init__()
+        self._tables = tables
+
+    def read(self) -> dict[str, dict[int, dict[str, Any]]]:
+        return self._tables
+
+    def write(self, data: Any) -> None:
+        raise RecordError("knowledge-base records are only appended, through Store.append; "
+                          "tinydb may not rewrite them")
+
+
+@dataclass
+class _Table:
+    path: Path
+    schema: str
+    offset: int = 0            # bytes of the file parsed so far (always just after a newline)
+    lines: int = 0             # lines parsed so far (blank ones included)
+    last_id: int = 0
+    identity: tuple[int, int, int] | None = None  # (device, inode, mtime_ns) when last in step with the file
+    hasher: Any = field(default_factory=hashlib.sha256)  # sha256 of the `offset` bytes parsed so far
+    unchecked: int = 0         # lines schema-checked since the checked-prefix cache was last written
+    docs: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> record, what tinydb queries
+    raw: dict[int, bytes] = field(default_factory=dict)             # id -> its line, to hand out fresh copies
+
+
+# ------------------------------------------------------------------------------------------------ store
+
+class Store:
+    """Append-only tables of schema-checked records in a knowledge-base folder.
+
+    `Store(folder)`; `append(table, record) -> id`; `all(table)`, `search(table, **equals)`,
+    `items(table, **equals)` (id, record) pairs, `get(table, id)`; `repair()`. Every read first takes in
+    what other processes appended. Records handed out are fresh copies: changing one changes nothing.
+    """
+
+    def __init__(self, folder: Path | str, tables: Mapping[str, str] | None = None):
+        self.folder = Path(folder).expanduser()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._tables = {name: _Table(self.folder / f"{name}{SUFFIX}", schema)
+                        for name, schema in (TABLES if tables is None else tables).items()}
+        for name in self._tables:
+            if not name.replace("_", "").isalnum():
+                raise RecordError(f"table name {name!r}: use letters, digits and _ only")
+        self._docs = {name: table.docs for name, table in self._tables.items()}
+        self._db = TinyDB(self._docs, storage=_ReadOnlyStorage)
+        self._mutex = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.folder)!r})"
+
+    # -------------------------------------------------------------------------------------- writing
+
+    def append(self, table: str, record: Mapping[str, Any]) -> int:
+        """Validate `record`, append it durably, and return its id (1, 2, ... within the table).
+
+        Raises InvalidRecordError (nothing written) for a record its schema refuses or that is not
+        plain JSON, and TornLineError / CorruptFileError (nothing written) when the file is damaged.
+        """
+        state = self._table(table)
+        if not isinstance(record, Mapping):
+            raise InvalidRecordError(f"{table} record must be a JSON object, not {type(record).__name__}")
+        try:
+            record = json.loads(json.dumps(record, allow_nan=False))  # exactly what a reader gets back
+        except (TypeError, ValueError) as error:
+            raise InvalidRecordError(f"{table} record is not plain JSON ({error}); nothing was written") from None
+        problem = _violation(state.schema, record)
+        if problem:
+            raise InvalidRecordError(f"{table} record {problem}; nothing was written")
+        with self._mutex, _locked(self.folder, exclusive=True):
+            self._refresh(table, state)
+            new_id = state.last_id + 1
+            line = json.dumps({"id": new_id, "record": record}, separators=(",", ":")).encode() + b"\n"
+            created = not state.path.exists()
+            fd = os.open(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                start = os.fstat(fd).st_size
+                if start != state.offset:
+                    raise CorruptFileError(state.path, state.lines + 1, (
+                        f"{state.path} changed while the lock was held ({start} bytes, {state.offset} "
+                        f"expected): something writes to it without the lock; nothing was written"))
+                if created:
+                    _fsync_dir(self.folder)
+                try:
+                    written = 0
+                    while written < len(line):
+                        written += os.write(fd, line[written:])
+                    os.fsync(fd)
+                except BaseException:
+                    # A failed append (disk full, an interrupt) takes its partial line back with it.
+                    os.ftruncate(fd, start)
+                    os.fsync(fd)
+                    raise
+                stat = os.fstat(fd)
+            finally:
+                os.close(fd)
+            state.offset += len(line)
+            state.lines += 1
+            state.hasher.update(line)
+            state.unchecked += 1
+            state.last_id = new_id
+            state.identity = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
+            state.docs[new_id] = record
+            state.raw[new_id] = line
+            self._db.table(table).clear_cache()
+            self._mark(state)
+        return new_id
+
+    def repair(self) -> list[Repair]:
+        """Remove a torn last line from every table file of this folder; see `repair(folder)`."""
+        with self._mutex:
+            done = repair(self.folder)
+            for table in self._tables.values():
+                table.identity = None  # read every file again from the start
+            return done
+
+    # -------------------------------------------------------------------------------------- reading
+
+    def all(self, table: str) -> list[dict[str, Any]]:
+        """Every record of the table, oldest first."""
+        return [record for _, record in self.items(table)]
+
+    def search(self, table: str, /, **equals: Any) -> list[dict[str, Any]]:
+        """Records whose top-level fields equal the given values, oldest first.
+
+        `store.search("runs", job_fingerprint=j, device_fingerprint=d)` is the experience lookup.
+        """
+        return [record for _, record in self.items(table, **equals)]
+
+    def items(self, table: str, /, **equals: Any) -> list[tuple[int, dict[str, Any]]]:
+        """(id, record) pairs of the records matching `equals` (all of them when none is given)."""
+        state = self._table(table)
+        with self._mutex:
+            self._read(table, state)
+            if equals:
+                query = reduce(lambda a, b: a & b, (where(key) == value for key, value in equals.items()))
+                ids = sorted(doc.doc_id for doc in self._db.table(table).search(query))
+            else:
+                ids = list(state.docs)
+            return [(i, json.loads(state.raw[i])["record"]) for i in ids]
+
+    def get(self, table: str, record_id: int) -> dict[str, Any] | None:
+        """The record with this id, or None."""
+        state = self._table(table)
+        with self._mutex:
+            self._read(table, state)
+            raw = state.raw.get(record_id)
+            return None if raw is None else json.loads(raw)["record"]
+
+    # ------------------------------------------------------------------------------------- internals
+
+    def _table(self, table: str) -> _Table:
+        try:
+            return self._tables[table]
+        except KeyError:
+            raise RecordError(f"unknown knowledge-base table {table!r}; known: {', '.join(self._tables)}") from None
+
+    def _read(self, table: str, state: _Table) -> None:
+        with _locked(self.folder, exclusive=False):
+            self._refresh(table, state)
+
+    def _forget(self, table: str, state: _Table) -> None:
+        state.offset = state.lines = state.last_id = state.unchecked = 0
+        state.identity = None
+        state.hasher = hashlib.sha256()
+        state.docs.clear()
+        state.raw.clear()
+        self._db.table(table).clear_cache()
+
+    def _refresh(self, table: str, state: _Table) -> None:
+        """Take in what was appended since the last look (under the lock); all of it if the file was replaced."""
+        try:
+            stat = os.stat(state.path)
+        except FileNotFoundError:
+            if state.offset:
+                self._forget(table, state)
+            return
+        identity = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
+        if identity == state.identity and stat.st_size == state.offset:
+            return
+        if (state.identity is None or identity[:2] != state.identity[:2] or stat.st_size <= state.offset):
+            self._forget(table, state)  # a new file, or one edited or cut: read it all again
+        with open(state.path, "rb") as handle:
+            handle.seek(max(state.offset - 1, 0))
+            data = handle.read()
+        if state.offset:
+            if data[:1] != b"\n":  # what we read before is not what is there now
+                self._forget(table, state)
+                self._refresh(table, state)
+                return
+            data = data[1:]
+            trusted = 0
+        else:
+            trusted = self._checked_prefix(state, data)
+        try:
+            self._parse(table, state, data, trusted)
+        finally:
+            self._mark(state)
+        state.identity = identity
+
+    def _marker(self, state: _Table) -> Path:
+        return self.folder / f".{state.path.stem}.checked.json"
+
+    def _checked_prefix(self, state: _Table, data: bytes) -> int:
+        """How many leading bytes of `data` (a whole table file) already passed the current schemas."""
+        try:
+            mark = json.loads(self._marker(state).read_text())
+            size = mark["bytes"]
+            if (mark["schemas"] == _schemas_digest() and mark["schema"] == state.schema
+                    and isinstance(size, int) and 0 < size <= len(data) and data[size - 1:size] == b"\n"
+                    and hashlib.sha256(data[:size]).hexdigest() == mark["sha256"]):
+                return size
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # no cache, or an unreadable one: check everything
+        return 0
+
+    def _mark(self, state: _Table) -> None:
+        """Remember (under the lock) that the parsed prefix passed the schemas, once enough is new."""
+        if state.unchecked < MARK_EVERY:
+            return
+        mark = {"schema_version": 1, "schema": state.schema, "schemas": _schemas_digest(),
+                "bytes": state.offset, "sha256": state.hasher.hexdigest()}
+        path = self._marker(state)
+        temp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            temp.write_text(json.dumps(mark))
+            os.replace(temp, path)  # a cache: atomic, but no fsync needed (a lost one is rebuilt)
+            state.unchecked = 0
+        except OSError:
+            temp.unlink(missing_ok=True)  # a read-only folder: records still load, only slower
+
+    def _parse(self, table: str, state: _Table, data: bytes, trusted: int = 0) -> None:
+        end = data.rfind(b"\n") + 1  # complete lines end there; anything after is a torn tail
+        position = 0
+        while position < end:
+            stop = data.index(b"\n", position)
+            line = data[position:stop + 1]
+            number = state.lines + 1
+            if line.strip():
+                checked = stop < trusted
+                record_id, record = self._check_line(state, number, line, checked)
+                state.unchecked += not checked
+                state.docs[record_id] = record
+                state.raw[record_id] = line
+                state.last_id = record_id
+            state.lines = number
+            state.offset += len(line)
+            state.hasher.update(line)
+            position = stop + 1
+        if end:
+            self._db.table(table).clear_cache()
+        tail = data[end:]
+        if tail:
+            number = state.lines + 1
+            preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
+            raise TornLineError(state.path, number, (
+                f"{state.path}, line {number}: the last line is torn ({len(tail)} bytes with no end of line: "
+                f"{preview!r}): an append was cut off by a crash or a kill before it completed, so no finished "
+                f"record is lost. To recover, run autotune.kb.store.repair({str(self.folder)!r}), which removes "
+                f"only that line (or delete that last line by hand)"))
+
+    def _check_line(self, state: _Table, number: int, line: bytes, checked: bool) -> tuple[int, dict[str, Any]]:
+        def corrupt(why: str) -> CorruptFileError:
+            return CorruptFileError(state.path, number, (
+                f"{state.path}, line {number}: {why}. The other lines are intact. To recover, correct that line "
+                f"by hand, or delete it if its record may be lost, or restore the file from a copy; "
+                f"repair() does not remove complete lines"))
+
+        try:
+            entry = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise corrupt(f"not JSON ({getattr(error, 'msg', error)})") from None
+        if not (isinstance(entry, dict) and set(entry) == {"id", "record"}):
+            raise corrupt('not a record line (expected {"id": N, "record": {...}})')
+        record_id = entry["id"]
+        if not isinstance(record_id, int) or isinstance(record_id, bool) or record_id <= state.last_id:
+            raise corrupt(f"id {record_id!r} does not follow id {state.last_id} (ids must count up)")
+        problem = None if checked else _violation(state.schema, entry["record"])
+        if problem:
+            raise corrupt(f"record {record_id} is {problem}")
+        return record_id, entry["record"]
+
+
+# ----------------------------------------------------------------------------------------------- repair
+
+def repair(folder: Path | str) -> list[Repair]:
+    """Remove the torn last line of each table file in `folder` and say what was removed.
+
+    Only a last line without its end of line is removed (an append that never completed); complete
+    lines, valid or not, are never touched. Runs under the exclusive lock, so it is safe while other
+    tuners use the folder. Returns one Repair per file changed (none when nothing was torn).
+    """
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        return []
+    done: list[Repair] = []
+    with _locked(folder, exclusive=True):
+        for path in sorted(folder.glob(f"*{SUFFIX}")):
+            with open(path, "r+b") as handle:
+                data = handle.read()
+                if not data or data.endswith(b"\n"):
+                    continue
+                keep = data.rfind(b"\n") + 1
+                tail = data[keep:]
+                handle.truncate(keep)
+                handle.flush()
+                os.fsync(handle.fileno())
+            preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
+            done.append(Repair(path, data.count(b"\n", 0, keep) + 1, len(tail), repr(preview)))
+    return done
+
+
+__all__ = ["TABLES", "Store", "Repair", "repair", "InvalidRecordError", "CorruptFileError", "TornLineError"]
