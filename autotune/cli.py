@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -71,7 +72,14 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
     return 0
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM and SIGHUP end a run the way Ctrl-C does: the running trial is killed, records stay.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -88,7 +88,14 @@ class LocalExecutor:
         result_path.unlink(missing_ok=True)
         write_json_atomic(spec_path, spec)
         started = time.monotonic()
-        code = self._wait(self._start(spec, trial_dir), timeout_s)
+        child = self._start(spec, trial_dir)
+        try:
+            code = self._wait(child, timeout_s)
+        except BaseException:
+            # Ctrl-C or SIGTERM in the tuner: the trial runs in its own session and would not hear it,
+            # so it is killed here rather than left holding the device.
+            self._wait(child, 0)
+            raise
         wall = round(time.monotonic() - started, 3)
         if code is None:
             return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",

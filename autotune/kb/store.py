@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache, reduce
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from tinydb import TinyDB, where
 from tinydb.storages import Storage
@@ -189,7 +189,7 @@ class _Table:
 class Store:
     """Append-only tables of schema-checked records in a knowledge-base folder.
 
-    `Store(folder)`; `append(table, record) -> id`; `all(table)`, `search(table, **equals)`,
+    `Store(folder)`; `append(table, record) -> id`, `extend(table, records) -> ids`; `all(table)`, `search(table, **equals)`,
     `items(table, **equals)` (id, record) pairs, `get(table, id)`; `repair()`. Every read first takes in
     what other processes appended. Records handed out are fresh copies: changing one changes nothing.
     """
@@ -217,20 +217,25 @@ class Store:
         Raises InvalidRecordError (nothing written) for a record its schema refuses or that is not
         plain JSON, and TornLineError / CorruptFileError (nothing written) when the file is damaged.
         """
+        return self.extend(table, [record])[0]
+
+    def extend(self, table: str, records: Iterable[Mapping[str, Any]]) -> list[int]:
+        """Append many records with one write and one fsync (an import); returns their ids in order.
+
+        Every record is checked before anything is written: one bad record and none is written. A
+        crash during the write can leave a prefix of the batch in place (complete lines, then at most
+        one torn line), never a damaged earlier record.
+        """
         state = self._table(table)
-        if not isinstance(record, Mapping):
-            raise InvalidRecordError(f"{table} record must be a JSON object, not {type(record).__name__}")
-        try:
-            record = json.loads(json.dumps(record, allow_nan=False))  # exactly what a reader gets back
-        except (TypeError, ValueError) as error:
-            raise InvalidRecordError(f"{table} record is not plain JSON ({error}); nothing was written") from None
-        problem = _violation(state.schema, record)
-        if problem:
-            raise InvalidRecordError(f"{table} record {problem}; nothing was written")
+        checked = [self._checked(table, state, record, n) for n, record in enumerate(records)]
+        if not checked:
+            return []
         with self._mutex, _locked(self.folder, exclusive=True):
             self._refresh(table, state)
-            new_id = state.last_id + 1
-            line = json.dumps({"id": new_id, "record": record}, separators=(",", ":")).encode() + b"\n"
+            ids = list(range(state.last_id + 1, state.last_id + 1 + len(checked)))
+            lines = [json.dumps({"id": i, "record": record}, separators=(",", ":")).encode() + b"\n"
+                     for i, record in zip(ids, checked)]
+            data = b"".join(lines)
             created = not state.path.exists()
             fd = os.open(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
@@ -243,28 +248,29 @@ class Store:
                     _fsync_dir(self.folder)
                 try:
                     written = 0
-                    while written < len(line):
-                        written += os.write(fd, line[written:])
+                    while written < len(data):
+                        written += os.write(fd, data[written:])
                     os.fsync(fd)
                 except BaseException:
-                    # A failed append (disk full, an interrupt) takes its partial line back with it.
+                    # A failed append (disk full, an interrupt) takes its partial lines back with it.
                     os.ftruncate(fd, start)
                     os.fsync(fd)
                     raise
                 stat = os.fstat(fd)
             finally:
                 os.close(fd)
-            state.offset += len(line)
-            state.lines += 1
-            state.hasher.update(line)
-            state.unchecked += 1
-            state.last_id = new_id
+            for record_id, record, line in zip(ids, checked, lines):
+                state.docs[record_id] = record
+                state.raw[record_id] = line
+                state.hasher.update(line)
+            state.offset += len(data)
+            state.lines += len(lines)
+            state.unchecked += len(lines)
+            state.last_id = ids[-1]
             state.identity = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
-            state.docs[new_id] = record
-            state.raw[new_id] = line
             self._db.table(table).clear_cache()
             self._mark(state)
-        return new_id
+        return ids
 
     def repair(self) -> list[Repair]:
         """Remove a torn last line from every table file of this folder; see `repair(folder)`."""
@@ -308,6 +314,20 @@ class Store:
             return None if raw is None else json.loads(raw)["record"]
 
     # ------------------------------------------------------------------------------------- internals
+
+    def _checked(self, table: str, state: _Table, record: Any, n: int) -> dict[str, Any]:
+        """The record as a reader will get it back (plain JSON), once its schema accepts it."""
+        which = f"{table} record" if n == 0 else f"{table} record #{n + 1} of the batch"
+        if not isinstance(record, Mapping):
+            raise InvalidRecordError(f"{which} must be a JSON object, not {type(record).__name__}; nothing was written")
+        try:
+            record = json.loads(json.dumps(record, allow_nan=False))
+        except (TypeError, ValueError) as error:
+            raise InvalidRecordError(f"{which} is not plain JSON ({error}); nothing was written") from None
+        problem = _violation(state.schema, record)
+        if problem:
+            raise InvalidRecordError(f"{which} is {problem}; nothing was written")
+        return record
 
     def _table(self, table: str) -> _Table:
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import threading
+import time
 from typing import Any
 
 SAMPLE_INTERVAL_S = 0.1
@@ -41,27 +42,30 @@ def summarize(samples: list[dict[str, float]]) -> dict[str, Any] | None:
 
 
 class Sampler:
-    """Samples NVML in a background thread between `__enter__` and `__exit__`."""
+    """Samples NVML in a background thread from `start()` to `stop()`; `__enter__`/`__exit__` mark the
+    measured window, and only the samples inside it count. Opening NVML and starting the thread
+    happen before the window, so their cost is never timed."""
 
     def __init__(self, device: str, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.device, self.interval_s = device, interval_s
         self.samples: list[dict[str, float]] = []
+        self.window: list[float] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._handle = None
 
     def _open(self) -> Any:  # CUDA-only
-        """The NVML handle of the GPU this process uses: CUDA's device 0 is the first entry of
-        CUDA_VISIBLE_DEVICES (an NVML index or a GPU UUID) when that is set."""
-        import os
-
+        """The NVML handle of the GPU this process uses, found by its UUID (CUDA and NVML number
+        devices differently); a MIG slice is watched through its parent GPU."""
         import pynvml
+        import torch
 
         pynvml.nvmlInit()
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-        if visible.startswith(("GPU-", "MIG-")):
-            return pynvml.nvmlDeviceGetHandleByUUID(visible)
-        return pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+        if pynvml.nvmlDeviceIsMigDeviceHandle(handle):
+            handle = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+        return handle
 
     def _read(self) -> dict[str, float]:  # CUDA-only
         import pynvml
@@ -69,7 +73,8 @@ class Sampler:
         handle = self._handle
         reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons",
                           getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
-        return {"sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        return {"at": time.perf_counter(),
+                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
                 "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM),
                 "power_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1000,
                 "temperature_c": pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
@@ -83,7 +88,7 @@ class Sampler:
                 pass
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "Sampler":
+    def start(self) -> "Sampler":
         if self.device != "cuda":
             return self
         try:
@@ -94,11 +99,21 @@ class Sampler:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         if self._thread is not None:
             self._stop.set()
             self._thread.join()
             self._thread = None
 
+    def __enter__(self) -> "Sampler":
+        self.window = [time.perf_counter()]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.window.append(time.perf_counter())
+
     def summary(self) -> dict[str, Any] | None:
+        if len(self.window) == 2:
+            begin, end = self.window
+            return summarize([s for s in self.samples if begin <= s.get("at", begin) <= end])
         return summarize(self.samples)

@@ -16,6 +16,10 @@ from typing import Any, Callable
 MATMUL_SIZE = {"cuda": 8192, "cpu": 1024}
 COPY_BYTES = {"cuda": 2 * 2**30, "cpu": 256 * 2**20}
 REPEATS = {"cuda": 10, "cpu": 3}
+# A GPU ramps its clocks under load: warm up this long before timing, and time this many products
+# back to back per reading so launch gaps do not count.
+WARMUP_S = {"cuda": 1.0, "cpu": 0.0}
+BATCH = {"cuda": 10, "cpu": 1}
 
 
 def fingerprint(device: str) -> str:
@@ -43,20 +47,28 @@ def _driver_version() -> str:  # CUDA-only
 
 
 def _timer(device: str) -> Callable[[Callable[[], Any], int], float]:
-    """Best seconds per call of `work` over `repeats`, after one warm-up call."""
+    """Best seconds per call of `work` over `repeats` readings, after a warm-up."""
     import torch
 
+    batch = BATCH[device]
+
     def run(work: Callable[[], Any], repeats: int) -> float:
+        warm_until = time.perf_counter() + WARMUP_S[device]
         work()
+        while time.perf_counter() < warm_until:
+            work()
+            if device == "cuda":  # CUDA-only
+                torch.cuda.synchronize()
         best = float("inf")
         for _ in range(repeats):
-            if device == "cuda":  # CUDA-only: events time the device, not the launch
+            if device == "cuda":  # CUDA-only: events time the device, not the launches
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                work()
+                for _ in range(batch):
+                    work()
                 end.record()
                 end.synchronize()
-                best = min(best, start.elapsed_time(end) / 1000)
+                best = min(best, start.elapsed_time(end) / 1000 / batch)
             else:
                 began = time.perf_counter()
                 work()

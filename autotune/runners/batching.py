@@ -58,7 +58,13 @@ def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn
             "input_ids": torch.tensor([ids]), "labels": torch.tensor([labels]),
             "position_ids": torch.tensor([positions]), "slots": torch.tensor([slots]),
         }
-        if attn != "flash_attention_2" and not leak_packed_rows:
+        if attn == "flash_attention_2":
+            # The row boundaries as flash-attention varlen wants them; left to position_ids, transformers
+            # derives them in every layer with a device sync each time.
+            bounds = torch.tensor([0] + [len(r) for r in rows]).cumsum(0).to(torch.int32)
+            batch["flash"] = {"cu_seq_lens_q": bounds, "cu_seq_lens_k": bounds,
+                              "max_length_q": max(len(r) for r in rows), "max_length_k": max(len(r) for r in rows)}
+        elif not leak_packed_rows:
             batch["attention_mask"] = block_diagonal_mask(slots, attn)
         batch["real_tokens"] = real_tokens
         return batch

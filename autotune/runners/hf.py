@@ -121,10 +121,13 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         model.config.use_cache = True
     engine = Engine(model, knobs, device)
     memory.reset_peak(device)
-    sampler = nvml.Sampler(device)
-    log = run_steps(engine, stored["rows"], knobs, job, spec["measure_steps"], spec["warmup_max"],
-                    inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False),
-                    profile_steps=spec.get("profile_steps", 0), window=sampler)
+    sampler = nvml.Sampler(device).start()
+    try:
+        log = run_steps(engine, stored["rows"], knobs, job, spec["measure_steps"], spec["warmup_max"],
+                        inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False),
+                        profile_steps=spec.get("profile_steps", 0), window=sampler)
+    finally:
+        sampler.stop()
     peak = memory.read_peak(device)
     # Every trial times the same rows, so total rows (and real tokens) over total time compare fairly
     # even where a knob reorders rows between steps (group_by_length).

@@ -128,6 +128,8 @@ class Engine:
         pin = self.knobs["dataloader_pin_memory"] and self.device == "cuda"
         inputs = {k: batch[k].to(self.device, non_blocking=pin)
                   for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+        for name, value in batch.get("flash", {}).items():
+            inputs[name] = value.to(self.device, non_blocking=pin) if torch.is_tensor(value) else value
         labels = batch["labels"].to(self.device, non_blocking=pin)
         with self._autocast():
             logits = self.forward(**inputs).logits
@@ -141,10 +143,13 @@ class Engine:
             phases.mark("backward")
         return loss.detach(), token_losses.detach(), labels
 
-    def optimizer_step(self, phases: PhaseTimer | None = None) -> None:
+    def optimizer_step(self, phases: PhaseTimer | None = None) -> bool:
+        """One optimizer step; False when fp16 loss scaling found inf/NaN gradients and skipped it."""
+        scale = self.scaler.get_scale() if self.scaler else None
         self._optimizer_step()
         if phases:
             phases.mark("optimizer")
+        return scale is None or self.scaler.get_scale() >= scale
 
     def _optimizer_step(self) -> None:
         if self.scaler:
@@ -233,8 +238,12 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
         done_micro += 1
         if done_micro < accumulation:
             continue
-        engine.optimizer_step(profiling if kind == "profile" else None)
+        stepped = engine.optimizer_step(profiling if kind == "profile" else None)
         elapsed = timer.lap()
+        if not stepped and kind == "measured":
+            # A skipped step does less work: the timing would flatter fp16. (A skip in the parity
+            # steps shows up as different step-2 losses, which parity judges.)
+            raise TrialFault("invalid", "fp16 loss scaling skipped a measured step (inf/NaN gradients)")
         step_value = float(step_loss)
         if inject == "nan" and kind == "measured":
             step_value = float("nan")
