@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError, RecordError
-from .runners.common import write_json_atomic
+from .io import write_json_atomic
 from .schemas import validate
 
 

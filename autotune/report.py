@@ -9,7 +9,7 @@ from typing import Any
 from .job import Job
 from .knobs import Knobs
 from .records import RunFolder
-from .runners.common import write_json_atomic
+from .io import write_json_atomic
 
 TSV_COLUMNS = ("trial", "change", "state", "decision", "samples_per_s", "tokens_per_s", "ratio", "peak_mem_mib",
                "reason")

@@ -21,7 +21,7 @@ from .probes import parity, stats
 from .probes.timing import median
 from .reasoner import Hypothesis, key, rank
 from .records import RunFolder
-from .runners.common import write_json_atomic
+from .io import write_json_atomic
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..runners.common import STDERR_TAIL, run_forked, write_json_atomic
+from ..io import write_json_atomic
+from ..runners.common import STDERR_TAIL, run_forked
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.train",
            "autotune.runners.models"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import RecordError
-from ..runners.common import write_json_atomic
+from ..io import write_json_atomic
 
 PEAKS_FILE = "device_peaks.json"
 

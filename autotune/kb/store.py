@@ -487,6 +487,8 @@ def repair(folder: Path | str) -> list[Repair]:
                 os.fsync(handle.fileno())
             preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
             done.append(Repair(path, data.count(b"\n", 0, keep) + 1, len(tail), repr(preview)))
+        for temp in folder.glob(".*.checked.json.*.tmp"):
+            temp.unlink(missing_ok=True)  # a cache file whose writer was killed before it renamed it
     return done
 
 

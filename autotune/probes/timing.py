@@ -34,7 +34,8 @@ class StepTimer:
 
 
 def warmed_up(times: list[float], spread: float = SETTLED_SPREAD) -> bool:
-    """True when the last two step times agree within `spread` and the last is not still falling fast."""
+    """True when the last two step times agree within `spread` (compile and allocator warm-up make
+    early steps slow and uneven)."""
     if len(times) < 2:
         return False
     a, b = times[-2], times[-1]

@@ -11,17 +11,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from ..io import write_json_atomic
+
 STDERR_TAIL = 2000
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
 
 
 def inject_early_fault(kind: str | None) -> None:
