@@ -66,7 +66,7 @@ MARK_EVERY = 256  # newly checked lines before the checked-prefix cache is broug
 
 
 class InvalidRecordError(RecordError):
-    """A record offered to `append` is not valid for its table; nothing was written."""
+    """A record offered to `append` or `extend` is not valid for its table; nothing was written."""
 
 
 class CorruptFileError(RecordError):
@@ -137,7 +137,16 @@ def _violation(schema: str, record: Any) -> str | None:
 @contextmanager
 def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
     # Opened per use, never kept: a forked child sharing the parent's descriptor would share its lock.
-    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    mode = (os.O_RDWR if exclusive else os.O_RDONLY) | os.O_CREAT | os.O_CLOEXEC
+    try:
+        fd = os.open(folder / LOCK_FILE, mode, 0o644)
+    except OSError:
+        if exclusive or os.access(folder, os.W_OK):
+            raise
+        fd = None  # a read-only folder that nobody can append to: reading needs no lock
+    if fd is None:
+        yield
+        return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
@@ -189,9 +198,11 @@ class _Table:
 class Store:
     """Append-only tables of schema-checked records in a knowledge-base folder.
 
-    `Store(folder)`; `append(table, record) -> id`, `extend(table, records) -> ids`; `all(table)`, `search(table, **equals)`,
-    `items(table, **equals)` (id, record) pairs, `get(table, id)`; `repair()`. Every read first takes in
-    what other processes appended. Records handed out are fresh copies: changing one changes nothing.
+    `Store(folder)`; `append(table, record) -> id`, `extend(table, records) -> ids`; `all(table)`,
+    `search(table, **equals)`, `items(table, **equals)` (id, record) pairs, `get(table, id)`; `repair()`.
+    Every read first takes in what other processes appended. Records handed out are fresh copies:
+    changing one changes nothing. A hand edit of earlier lines made while a Store is open is seen by
+    the next Store opened, not always by that one.
     """
 
     def __init__(self, folder: Path | str, tables: Mapping[str, str] | None = None):
@@ -319,7 +330,8 @@ class Store:
         """The record as a reader will get it back (plain JSON), once its schema accepts it."""
         which = f"{table} record" if n == 0 else f"{table} record #{n + 1} of the batch"
         if not isinstance(record, Mapping):
-            raise InvalidRecordError(f"{which} must be a JSON object, not {type(record).__name__}; nothing was written")
+            raise InvalidRecordError(
+                f"{which} must be a JSON object, not {type(record).__name__}; nothing was written")
         try:
             record = json.loads(json.dumps(record, allow_nan=False))
         except (TypeError, ValueError) as error:
