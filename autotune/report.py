@@ -151,7 +151,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
              + (", smoke (CPU dry run)" if job.smoke else "") + ".", "", "## Frame", ""]
     lines += _frame_lines(outcome.frame)
     lines += ["", "## Result", "",
-              f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.1%})",
+              f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.2%})",
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}), **x{outcome.speedup:.2f}** the baseline "
               "by the chain of interleaved comparisons of the kept changes",
               f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s", "",

@@ -176,7 +176,7 @@ class Tuner:
         floor = stats.noise_floor(incumbent.runs) if complete else 0.0
         record = self._record(0, None, self.job.start, results[0]["state"] if not complete else "complete",
                               "baseline", f"the user's config, measured {len(complete)} times in fresh processes; "
-                              f"A/A noise floor {floor:.1%}", complete, wall=sum(r["wall_s"] for r in results))
+                              f"A/A noise floor {floor:.2%}", complete, wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
         if results[0]["state"] == "oom" or len(complete) < 2:
             failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")

@@ -157,9 +157,9 @@ def compare(incumbent_runs: list[list[float]], candidate_runs: list[list[float]]
     ratio, low, high = _interval(inc, cand, confidence, resamples, seed)
     shown = f"x{ratio:.3f} [{low:.3f}, {high:.3f}] ({confidence:.0%}, {len(candidate_runs)} vs {len(incumbent_runs)} runs)"
     if low > 1.0 + noise_floor:
-        verdict, reason = "faster", f"{shown} clears the {noise_floor:.1%} noise floor"
+        verdict, reason = "faster", f"{shown} clears the {noise_floor:.2%} noise floor"
     elif high < 1.0 - noise_floor:
-        verdict, reason = "slower", f"{shown} is below the {noise_floor:.1%} noise floor"
+        verdict, reason = "slower", f"{shown} is below the {noise_floor:.2%} noise floor"
     else:
-        verdict, reason = "no difference", f"{shown} does not clear the {noise_floor:.1%} noise floor"
+        verdict, reason = "no difference", f"{shown} does not clear the {noise_floor:.2%} noise floor"
     return Comparison(ratio, low, high, confidence, noise_floor, verdict, reason)
