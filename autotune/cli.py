@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from . import __version__
@@ -78,8 +79,9 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM and SIGHUP end a run the way Ctrl-C does: the running trial is killed, records stay.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _interrupt)
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -94,7 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("autotune: interrupted; the trials recorded so far are in the run folder", file=sys.stderr)
+        try:
+            print("autotune: interrupted; the trials recorded so far are in the run folder", file=sys.stderr)
+        except OSError:  # SIGHUP: the terminal is gone
+            pass
         return 130
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import Any
 
@@ -76,8 +75,6 @@ def trl_command(job: Job, knobs: Knobs) -> str:
         merged["use_peft"] = True
     for name, value in merged.items():
         words += [f"--{name}", str(value)]
-    if load:
-        words += ["--model_init_kwargs", json.dumps(load)]
     return shlex.join(words)
 
 
@@ -85,10 +82,10 @@ def caveats(knobs: Knobs) -> list[str]:
     notes = []
     if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2":
         notes.append("padding_free was measured with a block-diagonal attention mask (rows never see each other). "
-                     "TRL's padding-free collator passes only position_ids: that keeps rows apart with sdpa or "
-                     "eager only when the model runs without a cache, hence use_cache=False in the model "
-                     "arguments; TRL documents padding_free for flash_attention_2 only, so check a first step's "
-                     "per-row losses against padded batches before a long run.")
+                     "TRL's padding-free collator passes only position_ids, which keeps rows apart with sdpa or "
+                     "eager only when the model runs without a cache. The `trl sft` command cannot say that: "
+                     "load the model yourself with the from_pretrained arguments above (use_cache=False) and "
+                     "pass it to SFTTrainer, or use flash_attention_2 (TRL documents padding_free for it only).")
     return notes
 
 

@@ -167,14 +167,17 @@ class Tuner:
 
     def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
         # The first repeat also runs the worst-case batch: the user's config must fit before anything else.
-        results = [self._measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}", i == 0)
-                   for i in range(self.steps.baseline_repeats)]
+        results = [self._measure(self.job.start, 0, f"baseline 1/{self.steps.baseline_repeats}", True)]
+        if results[0]["state"] != "oom":
+            results += [self._measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
+                        for i in range(1, self.steps.baseline_repeats)]
         complete = [r for r in results if r["state"] == "complete"]
         incumbent = Incumbent(self.job.start, [], 0)
         for result in complete:
             incumbent.add(result["measurement"])
         floor = stats.noise_floor(incumbent.runs) if complete else 0.0
-        record = self._record(0, None, self.job.start, results[0]["state"] if not complete else "complete",
+        state = "oom" if results[0]["state"] == "oom" else ("complete" if complete else results[0]["state"])
+        record = self._record(0, None, self.job.start, state,
                               "baseline", f"the user's config, measured {len(complete)} times in fresh processes; "
                               f"A/A noise floor {floor:.2%}", complete, wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor

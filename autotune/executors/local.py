@@ -79,7 +79,11 @@ class LocalExecutor:
         try:
             os.killpg(child.pid, signal.SIGKILL)
         except ProcessLookupError:
-            pass
+            # Forked but not yet in its own session (setsid comes first thing in the child).
+            try:
+                os.kill(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         child.wait() if isinstance(child, subprocess.Popen) else child.join()
         return None
 

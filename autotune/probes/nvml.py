@@ -62,7 +62,16 @@ class Sampler:
 
         pynvml.nvmlInit()
         uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
+        names = [uuid] if uuid.startswith(("GPU-", "MIG-")) else [f"MIG-{uuid}", f"GPU-{uuid}"]
+        handle = None
+        for name in names:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(name)
+                break
+            except pynvml.NVMLError:
+                continue
+        if handle is None:
+            raise RuntimeError(f"no NVML device with UUID {uuid}")
         if pynvml.nvmlDeviceIsMigDeviceHandle(handle):
             handle = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
         return handle

@@ -110,6 +110,7 @@ class Engine:
             torch.backends.cudnn.allow_tf32 = precision == "tf32"
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+        self._scale = self.scaler.get_scale() if self.scaler else None
         params = [p for p in model.parameters() if p.requires_grad]
         fused = knobs["optim"] == "adamw_torch_fused"
         self.optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0,
@@ -143,13 +144,21 @@ class Engine:
             phases.mark("backward")
         return loss.detach(), token_losses.detach(), labels
 
-    def optimizer_step(self, phases: PhaseTimer | None = None) -> bool:
-        """One optimizer step; False when fp16 loss scaling found inf/NaN gradients and skipped it."""
-        scale = self.scaler.get_scale() if self.scaler else None
+    def optimizer_step(self, phases: PhaseTimer | None = None) -> None:
         self._optimizer_step()
         if phases:
             phases.mark("optimizer")
-        return scale is None or self.scaler.get_scale() >= scale
+
+    def skipped_step(self) -> bool:
+        """Whether fp16 loss scaling skipped the last step (inf/NaN gradients lower the scale).
+
+        Reading the scale syncs the device, so callers ask only after a step's time is taken."""
+        if not self.scaler:
+            return False
+        scale = self.scaler.get_scale()
+        skipped = self._scale is not None and scale < self._scale
+        self._scale = scale
+        return skipped
 
     def _optimizer_step(self) -> None:
         if self.scaler:
@@ -238,9 +247,9 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
         done_micro += 1
         if done_micro < accumulation:
             continue
-        stepped = engine.optimizer_step(profiling if kind == "profile" else None)
+        engine.optimizer_step(profiling if kind == "profile" else None)
         elapsed = timer.lap()
-        if not stepped and kind == "measured":
+        if engine.skipped_step() and kind == "measured":
             # A skipped step does less work: the timing would flatter fp16. (A skip in the parity
             # steps shows up as different step-2 losses, which parity judges.)
             raise TrialFault("invalid", "fp16 loss scaling skipped a measured step (inf/NaN gradients)")
@@ -281,11 +290,17 @@ def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], 
     targets = accumulated * micro * (max_len - 1)
     memory.reset_peak(engine.device)
     try:
-        for _ in range(2):
+        real_steps, tries = 0, 0
+        # fp16 loss scaling may skip steps (no optimizer state yet): count only steps that ran.
+        while real_steps < 2 and tries < 8:
             for _ in range(accumulated):
                 engine.micro_step(batch, targets)
             engine.optimizer_step()
+            real_steps += not engine.skipped_step()
+            tries += 1
         engine.synchronize()
+        if real_steps < 2:
+            raise TrialFault("invalid", "fp16 loss scaling skipped every worst-case step; the ceiling is unknown")
     except Exception as error:  # noqa: BLE001 - only OOM is an expected outcome here
         if not is_oom(error):
             raise
