@@ -19,6 +19,7 @@ import torch
 from autotune.job import job_from_words
 from autotune.knobs import Knobs
 from autotune.probes.stats import noise_floor
+from autotune.probes.timing import relative_spread
 from autotune.runners.batching import collate, step_plan
 from autotune.runners.data import synthetic_rows
 from autotune.runners.models import build_model, resolve_config
@@ -65,7 +66,7 @@ def main() -> None:
     # Adjacent runs share the machine's slow drift (this kind of VM wanders by +-15%), so the ratio of
     # each bare run to the harness run right after it is steadier than a ratio of overall medians.
     ratio = statistics.median(b / h for b, h in zip(bare, harness))
-    spread = (max(harness) - min(harness)) / statistics.median(harness)
+    spread = relative_spread(harness)
     print(f"model {config.model_type} {sum(p.numel() for p in engine.model.parameters()):,} params, "
           f"{job['effective_batch']} rows/step, max_len {job['max_len']}, 1 CPU thread, {args.repeats} repeats")
     print(f"bare loop  median {statistics.median(bare):8.2f} rows/s   runs {[round(x, 2) for x in bare]}")
