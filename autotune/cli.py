@@ -13,14 +13,14 @@ from . import __version__
 from .errors import AutotuneError, JobError
 from .job import JOB_KEYS
 from .knobs import CATALOG
-from .presets import PRESETS
+from .presets import DEMO_PRESET
 
 TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items()) + (
     "\n\nstarting config (the baseline; default is the naive one: micro-batch 1, pad to max_len, fp32, eager):\n"
     + "\n".join(f"  {k:<28} {v.help}" for k, v in CATALOG.items())
     + "\n  gradient_accumulation_steps  alternative to per_device_train_batch_size"
     + "\n\nmodes:\n  smoke            CPU dry run on a tiny model of the job's architecture; with nothing else,\n"
-    "                   the built-in demo (" + next(iter(PRESETS)) + "-sized model, synthetic data)\n"
+    "                   the built-in demo (" + DEMO_PRESET + " preset, synthetic data, max_len=512, effective_batch=16)\n"
     "\nexamples:\n  autotune tune demo smoke\n"
     "  autotune tune qwen model=Qwen/Qwen2.5-0.5B dataset=tatsu-lab/alpaca max_len=2048 effective_batch=16 time=2h")
 

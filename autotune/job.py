@@ -24,7 +24,7 @@ JOB_KEYS = {
     "max_len": "a whole number of tokens >= 8, for example max_len=2048",
     "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
     "method": "sft or lora",
-    "host": "local, or user@host[:port] for a GPU box over SSH",
+    "host": "local (user@host[:port] is recognised, but remote GPU boxes over SSH are not available yet)",
     "gpu": "a label for the record, for example gpu=4090",
     "max_trials": "a whole number >= 1, for example max_trials=20",
     "time": "a duration like 90s, 30m, 2h or 1h30m",
