@@ -12,6 +12,8 @@ import random
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..io import write_json_atomic
+
 SUFFIX_TO_BUILDER = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
 # Real chat SFT data: most rows short, a long tail that reaches the length cap (e.g. Alpaca, UltraChat).
 SYNTHETIC_MEDIAN_SHARE = 1 / 6
@@ -105,9 +107,7 @@ def length_facts(rows: list[list[int]], max_len: int) -> dict[str, float]:
 
 
 def write_rows(path: Path, rows: list[list[int]], pad_id: int, vocab_size: int) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"schema_version": 1, "pad_id": pad_id, "vocab_size": vocab_size, "rows": rows}))
-    tmp.replace(path)
+    write_json_atomic(path, {"schema_version": 1, "pad_id": pad_id, "vocab_size": vocab_size, "rows": rows}, indent=None)
 
 
 def read_rows(path: Path) -> dict[str, Any]:

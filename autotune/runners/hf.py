@@ -92,8 +92,11 @@ def _impossible(job: dict[str, Any], spec: dict[str, Any], log: Any, mfu: float 
     expected_rows = job["effective_batch"] * spec["measure_steps"]
     if log.measured_rows != expected_rows:
         return f"the measured window trained {log.measured_rows} rows, not {expected_rows}"
-    if any(not t > 0 for t in log.times):
-        return f"a step time of {min(log.times)}s cannot be real"
+    from ..probes.stats import impossible
+
+    timing = impossible(log.times)
+    if timing:
+        return timing
     if mfu is not None and mfu > 1:
         return f"MFU {mfu:.2f} exceeds the measured peak: the timing or the peak is wrong"
     return None
