@@ -16,9 +16,10 @@ from .errors import AutotuneError
 from .executors.base import Executor
 from .job import Job
 from .kb import kb_folder, read_peak_cache, remember_peaks
-from .knobs import CATALOG, Knobs
+from .knobs import Knobs
 from .probes import parity, stats
 from .probes.timing import median
+from .learn import Memory
 from .reasoner import Hypothesis, key, rank
 from .records import RunFolder
 from .io import write_json_atomic
@@ -51,10 +52,12 @@ class Incumbent:
     samples: list[float]
     trial: int
     runs: list[list[float]] = field(default_factory=list)  # step times of every run of this config
+    profile: dict[str, Any] = field(default_factory=dict)  # its latest ceiling and time breakdown
 
     def add(self, measurement: dict[str, Any]) -> None:
         self.samples.append(measurement["samples_per_s"])
         self.runs.append(measurement["step_times_s"])
+        self.profile.update({k: measurement[k] for k in ("ceiling", "breakdown") if measurement.get(k)})
 
     @property
     def speed(self) -> float:
@@ -96,7 +99,7 @@ class Outcome:
 
 class Tuner:
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
-                 inject: dict[int, str] | None = None) -> None:
+                 inject: dict[int, str] | None = None, fresh: bool = False) -> None:
         self.job, self.executor, self.display = job, executor, display
         self.folder = RunFolder(root, job.run)
         self.kb = kb_folder(job.kb)
@@ -110,6 +113,9 @@ class Tuner:
         self.budget_spent = False
         self.started = time.monotonic()
         self.runs = 0
+        self.memory = Memory(job, fresh)
+        # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
+        self.blocked: dict[tuple, set[str]] = {}
 
     # -- running one measurement -------------------------------------------------------------
     def _spec(self, kind: str, knobs: Knobs, trial: int, ceiling: bool = False) -> dict[str, Any]:
@@ -162,10 +168,14 @@ class Tuner:
             raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
         remember_peaks(self.kb, result["frame"]["device"]["peaks"])
         self.peaks = result["frame"]["device"]["peaks"]
+        self.memory.start(result["frame"])
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
         return result["frame"]
 
     def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
+        past = self.memory.replay(self.job.start, self.job.start)
+        if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
+            return self._replayed_baseline(past)
         # The first repeat also runs the worst-case batch: the user's config must fit before anything else.
         results = [self._measure(self.job.start, 0, f"baseline 1/{self.steps.baseline_repeats}", True)]
         if results[0]["state"] != "oom":
@@ -187,16 +197,34 @@ class Tuner:
             record["stderr_tail"] = failed.get("stderr_tail")
             self._append(record)
             raise AutotuneError(f"the baseline config did not run: {failed['state']}: {failed['reason']}")
+        self._learn(record, self.job.start, None, incumbent.profile)
         self._append(record)
         self.measured.add(key(self.job.start))
         return incumbent, complete[0]["measurement"], floor
+
+    def _replayed_baseline(self, past: dict[str, Any]) -> tuple[Incumbent, dict[str, Any], float]:
+        incumbent = Incumbent(self.job.start, [], 0)
+        for measurement in past["measurements"]:
+            incumbent.add(measurement)
+        floor = stats.noise_floor(incumbent.runs)
+        record = self._record(0, None, self.job.start, "replayed", "baseline",
+                              f"replayed from {past['experiment']} (same job, device and software; say `fresh` to "
+                              f"measure again); A/A noise floor {floor:.2%}", [], wall=0.0)
+        record.update(measurements=past["measurements"], samples_per_s=past["samples_per_s"], noise_floor=floor,
+                      replayed_from=past["experiment"],
+                      tokens_per_s=median([m["tokens_per_s"] for m in past["measurements"]]),
+                      peak_memory_bytes=max(m["peak_memory"]["bytes"] for m in past["measurements"]))
+        self._learn(record, self.job.start, None, incumbent.profile)
+        self._append(record)
+        self.measured.add(key(self.job.start))
+        return incumbent, past["measurements"][0], floor
 
     def _budget_left(self, trials_done: int) -> str | None:
         if self.job.max_trials is not None and trials_done >= self.job.max_trials:
             return f"max_trials={self.job.max_trials} reached"
         if self.budget_spent:
             return f"time budget of {self.job.time_budget_s}s spent"
-        if self.job.time_budget_s is not None:
+        if self.job.time_budget_s is not None and self.walls:
             elapsed = time.monotonic() - self.started
             # The next trial builds on the incumbent, so a typical measurement, not the slowest, is the estimate.
             if elapsed + median(self.walls[-3:]) > self.job.time_budget_s:
@@ -213,7 +241,12 @@ class Tuner:
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         trial, stop_reason, skipped = 0, "every applicable change was tried", []
         while True:
-            hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured)
+            features = self.memory.features(incumbent.knobs, incumbent.profile)
+            hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured,
+                                       self.memory.claims, features, self.blocked.get(key(incumbent.knobs), ()))
+            warm = self.memory.warm_start(incumbent.knobs, self.measured) if trial == 0 else None
+            if warm is not None:
+                hypotheses.insert(0, warm)
             stop = self._budget_left(trial)
             if stop or not hypotheses:
                 stop_reason = stop or stop_reason
@@ -221,6 +254,7 @@ class Tuner:
             trial += 1
             incumbent = self._try(trial, hypotheses[0], incumbent, base_measurement, floor)
             self._save_state(trial, incumbent, floor)
+        self.memory.finish(self.records, incumbent.knobs, incumbent.trial, self._speedup(), baseline_speed, stop_reason)
         best_record = next(r for r in reversed(self.records) if r["trial"] == incumbent.trial)
         outcome = Outcome(frame=frame, baseline={"samples_per_s": baseline_speed, "measurement": base_measurement},
                           best=incumbent, records=self.records, skipped=skipped, noise_floor=floor,
@@ -234,7 +268,10 @@ class Tuner:
         the interval on the ratio clears the noise floor, parity holds and the worst case fits."""
         knobs = hypothesis.apply(incumbent.knobs)
         self.measured.add(key(knobs))
-        results = [self._measure(knobs, trial, f"{hypothesis.change} (1/2)", CATALOG[hypothesis.knob].affects_memory)]
+        past = self.memory.replay(incumbent.knobs, knobs)
+        if past is not None:
+            return self._replay(trial, hypothesis, incumbent, knobs, past, floor)
+        results = [self._measure(knobs, trial, f"{hypothesis.change} (1/2)", hypothesis.affects_memory)]
         first = results[0]
         verdict: stats.Comparison | None = None
         parity_result = None
@@ -247,13 +284,7 @@ class Tuner:
                           ceiling=complete[0]["measurement"].get("ceiling") if complete else None)
             if verdict:
                 record.update(ratio=verdict.ratio, interval=[verdict.low, verdict.high], confidence=verdict.confidence)
-            self._append(record)
-            if decision != "keep":
-                return incumbent
-            kept = Incumbent(knobs, [], trial)
-            for result in complete:
-                kept.add(result["measurement"])
-            return kept
+            return self._conclude(record, hypothesis, incumbent, knobs, [r["measurement"] for r in complete])
 
         if first["state"] != "complete":
             return finish("discard", first["reason"], first["state"])
@@ -289,6 +320,49 @@ class Tuner:
                 if ceiling else "")
         return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
 
+    def _replay(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
+                past: dict[str, Any], floor: float) -> Incumbent:
+        """The same change on the same incumbent was measured for this job on this device and software."""
+        record = self._record(trial, hypothesis.change, knobs, "replayed", past["decision"],
+                              f"replayed from {past['experiment']} ({past['state']}): {past['reason']}", [], wall=0.0)
+        record.update(measurements=past["measurements"], samples_per_s=past["samples_per_s"], ratio=past["ratio"],
+                      interval=past["interval"], confidence=past["confidence"], parity=past["parity"],
+                      incumbent_samples_per_s=incumbent.speed, noise_floor=floor, replayed_from=past["experiment"],
+                      replayed_state=past["state"])
+        if past["measurements"]:
+            record.update(tokens_per_s=median([m["tokens_per_s"] for m in past["measurements"]]),
+                          peak_memory_bytes=max(m["peak_memory"]["bytes"] for m in past["measurements"]),
+                          ceiling=past["measurements"][0].get("ceiling"))
+        return self._conclude(record, hypothesis, incumbent, knobs, past["measurements"])
+
+    def _conclude(self, record: dict[str, Any], hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
+                  measurements: list[dict[str, Any]]) -> Incumbent:
+        """Learn from the trial, append its record, and return the incumbent that follows it."""
+        if (record.get("replayed_state") or record["state"]) == "oom":
+            self.blocked.setdefault(key(incumbent.knobs), set()).add(hypothesis.change)
+        self._learn(record, incumbent.knobs, hypothesis, incumbent.profile)
+        self._append(record)
+        if record["decision"] != "keep":
+            return incumbent
+        kept = Incumbent(knobs, [], record["trial"], profile=dict(incumbent.profile))
+        for measurement in measurements:
+            kept.add(measurement)
+        return kept
+
+    def _learn(self, record: dict[str, Any], incumbent: Knobs, hypothesis: Hypothesis | None,
+               profile: dict[str, Any]) -> None:
+        features = self.memory.features(incumbent, profile)
+        if hypothesis is not None:
+            record["hypothesis"] = hypothesis.to_dict()
+        record["beliefs"] = self.memory.learn(record, incumbent, features, hypothesis)
+
+    def _speedup(self) -> float:
+        product = 1.0
+        for record in self.records:
+            if record["decision"] == "keep":
+                product *= record["ratio"]
+        return product
+
     # -- records ----------------------------------------------------------------------------
     def _record(self, trial: int, change: str | None, knobs: Knobs, state: str, decision: str, reason: str,
                 complete: list[dict[str, Any]], wall: float, stderr: str | None = None) -> dict[str, Any]:
@@ -301,7 +375,7 @@ class Tuner:
             "tokens_per_s": median([m["tokens_per_s"] for m in measurements]) if measurements else None,
             "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements) if measurements else None,
             "ratio": None, "incumbent_samples_per_s": None, "noise_floor": None, "parity": None, "ceiling": None,
-            "stderr_tail": stderr, "wall_s": round(wall, 3),
+            "stderr_tail": stderr, "wall_s": round(wall, 3), "hypothesis": None, "beliefs": [], "replayed_from": None,
         }
 
     def _append(self, record: dict[str, Any]) -> None:

@@ -17,10 +17,24 @@ from autotune.knobs import Knobs
 TINY_WORDS = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke"]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def isolated_kb(tmp_path_factory):
-    """Tests (and the tuners they start) keep their knowledge base out of the user's home."""
-    os.environ["AUTOTUNE_KB"] = str(tmp_path_factory.mktemp("kb"))
+@pytest.fixture(scope="session")
+def peak_cache(tmp_path_factory):
+    """Measured device peaks shared by every test (measuring them takes seconds), nothing else."""
+    return tmp_path_factory.mktemp("peaks") / "device_peaks.json"
+
+
+@pytest.fixture(autouse=True)
+def isolated_kb(tmp_path, peak_cache, monkeypatch):
+    """Each test (and the tuners it starts) has its own knowledge base, out of the user's home: what one
+    test's tuner learns must not steer another's."""
+    folder = tmp_path / "kb"
+    folder.mkdir()
+    if peak_cache.exists():
+        shutil.copy(peak_cache, folder / peak_cache.name)
+    monkeypatch.setenv("AUTOTUNE_KB", str(folder))
+    yield folder
+    if (folder / peak_cache.name).exists():
+        shutil.copy(folder / peak_cache.name, peak_cache)
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:

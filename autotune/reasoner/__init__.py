@@ -1,5 +1,6 @@
 """Chooses what to try next. Pure: it returns hypotheses and updates, it changes nothing."""
 
-from .rank import Hypothesis, key, rank
+from .rank import Hypothesis, key, rank, score
+from .revise import Observation, find_split, observe, outcome_of, restructure
 
-__all__ = ["Hypothesis", "key", "rank"]
+__all__ = ["Hypothesis", "Observation", "find_split", "key", "observe", "outcome_of", "rank", "restructure", "score"]

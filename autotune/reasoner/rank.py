@@ -1,17 +1,32 @@
-"""Hypotheses for the next trial: one knob change on top of the incumbent.
+"""Hypotheses for the next trial: one knob change on top of the incumbent, ranked by the beliefs.
 
-Until the knowledge base ranks them, the order is the catalog's: changes with the largest typical
-effect first (padding, micro-batch, attention, precision), then the small ones, then those that
-usually cost speed by themselves (checkpointing) or compile time (torch.compile). Numeric knobs are
-climbed one neighbour at a time (micro-batch x2 or /2) rather than tried at every value.
+Each applicable change gets, from the active claims that match the job's features (model, data,
+device, the incumbent's profile and knobs):
+- P(helps): the claims' confidences (a `hurts` claim counts against), weighted by how much stands
+  behind each (pseudo-counts plus evidence) and how specific its condition is;
+- the expected ratio if it helps: the `helps` claims' ratios, pulled toward what was measured;
+- an exploration bonus: the claims' uncertainty lifts P(helps) toward what it might be (UCB), so a
+  claim with little evidence gets tested rather than trusted or ignored forever;
+- a cost: the trial's expected time in runs of the incumbent (a screen run, three more when it
+  passes, compile time for torch.compile).
+score = P_ucb(helps) * log(expected ratio) / cost. With no claim at all, a change scores as an
+unknown (P 0.5, a modest ratio) and ties keep the catalog order: the largest typical effects first.
+Numeric knobs are climbed one neighbour at a time (micro-batch to the next divisor up or down).
+
+The profile steers through the claims' conditions: a high data wait matches the workers claims, a
+high padding share the padding-free and length-grouping claims, memory headroom the larger
+micro-batch, no headroom the claim that checkpointing enables a larger micro-batch, which is then
+proposed as one combined change.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..knobs import Knobs, divisors, not_applicable
+from ..kb.claims import Claim
+from ..knobs import CATALOG, Knobs, divisors, not_applicable
 
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     ("padding", ("padding_free", "longest")),
@@ -29,16 +44,39 @@ CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
 
 @dataclass(frozen=True)
 class Hypothesis:
+    """One change to try (or two made together, when a claim says the first enables the second)."""
+
     knob: str
     value: Any
     reason: str
+    p_helps: float = 0.5
+    expected_ratio: float = 1.0
+    cost: float = 1.0
+    score: float = 0.0
+    claims: tuple[str, ...] = ()
+    also: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def changes(self) -> tuple[tuple[str, Any], ...]:
+        return ((self.knob, self.value),) + self.also
 
     @property
     def change(self) -> str:
-        return f"{self.knob}={self.value}"
+        return "+".join(f"{knob}={value}" for knob, value in self.changes)
+
+    @property
+    def affects_memory(self) -> bool:
+        return any(CATALOG[knob].affects_memory for knob, _ in self.changes)
 
     def apply(self, knobs: Knobs) -> Knobs:
-        return knobs.with_change(self.knob, self.value)
+        for knob, value in self.changes:
+            knobs = knobs.with_change(knob, value)
+        return knobs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change, "p_helps": round(self.p_helps, 4), "expected_ratio": round(self.expected_ratio, 4),
+                "cost": round(self.cost, 3), "score": round(self.score, 5), "claims": list(self.claims),
+                "rationale": self.reason}
 
 
 def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int) -> Iterable[Any]:
@@ -50,25 +88,145 @@ def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int) ->
     return [options[i] for i in (position + 1, position - 1) if 0 <= i < len(options)]
 
 
-def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int,
-         measured: set[tuple]) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
-    """Untried changes in order, and the (change, why not) of those that cannot apply here.
+def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple],
+         claims: Iterable[Claim] = (), features: dict[str, Any] | None = None,
+         blocked: Iterable[str] = ()) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
+    """Untried changes, best first, and the (change, why not) of those that cannot apply here.
 
-    `measured` holds the knob sets (as sorted item tuples) already measured in this run.
+    `measured` holds the knob sets (as sorted item tuples) already measured in this run; `claims` the
+    active beliefs and `features` the job's (see kb.features.context); `blocked` the changes that did
+    not fit in memory on top of this incumbent (what checkpointing may enable). Without claims the
+    order is the catalog's.
     """
+    claims = [c for c in claims if c.active]
+    features = features or {}
     ready: list[Hypothesis] = []
     skipped: list[tuple[str, str]] = []
-    for knob, listed in CATALOG_ORDER:
+    for order, (knob, listed) in enumerate(CATALOG_ORDER):
         for value in _values(knob, listed, incumbent, effective_batch):
             if getattr(incumbent, knob) == value:
                 continue
-            hypothesis = Hypothesis(knob, value, "catalog order")
             why_not = not_applicable(knob, value, incumbent, device, effective_batch)
             if why_not:
-                skipped.append((hypothesis.change, why_not))
-            elif key(hypothesis.apply(incumbent)) not in measured:
+                skipped.append((f"{knob}={value}", why_not))
+                continue
+            hypothesis = score(knob, value, incumbent, claims, features, order)
+            if key(hypothesis.apply(incumbent)) not in measured:
                 ready.append(hypothesis)
+    ready += _enabled(incumbent, device, effective_batch, measured, claims, features, set(blocked))
+    ready.sort(key=lambda h: -h.score)
     return ready, skipped
+
+
+# An unknown change: a coin flip on a modest gain.
+UNKNOWN_RATIO = 1.1
+EXPLORATION = 1.0          # standard deviations of the claims' Beta added to P(helps)
+UNKNOWN_UNCERTAINTY = math.sqrt(1 / 12)   # Beta(1, 1)
+COMPILE_COST = 2.0         # runs' worth of compile time
+
+
+def _weight(claim: Claim) -> float:
+    return (claim.alpha + claim.beta + len(claim.evidence)) * (1 + len(claim.condition))
+
+
+def _cost(knob: str, p_helps: float) -> float:
+    return 1 + 3 * p_helps + (COMPILE_COST if knob == "torch_compile" else 0.0)
+
+
+def _combine(claims: list[Claim]) -> tuple[float, float, float]:
+    """P(helps), expected ratio if it helps, and uncertainty, from the matching claims."""
+    if not claims:
+        return 0.5, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY
+    weights = [_weight(c) for c in claims]
+    total = sum(weights)
+    p = sum(w * (c.confidence if c.direction == "helps" else 1 - c.confidence) for w, c in zip(weights, claims)) / total
+    uncertainty = sum(w * c.uncertainty for w, c in zip(weights, claims)) / total
+    helping = [(w, c) for w, c in zip(weights, claims) if c.direction == "helps"]
+    if helping:
+        log_ratio = sum(w * math.log(c.expected_ratio) for w, c in helping) / sum(w for w, _ in helping)
+        ratio = math.exp(log_ratio)
+    else:
+        ratio = UNKNOWN_RATIO
+    return p, ratio, uncertainty
+
+
+def _why(claims: list[Claim], features: dict[str, Any]) -> str:
+    if not claims:
+        return "no claim speaks of this change for this job: tried to find out"
+    parts = []
+    for claim in sorted(claims, key=_weight, reverse=True)[:3]:
+        when = " and ".join(f"{c} ({c.feature}={features.get(c.feature)})" for c in claim.condition) or "always"
+        parts.append(f"{claim.id} {claim.direction} x{claim.expected_ratio:.2f} "
+                     f"(confidence {claim.confidence:.2f}, {len(claim.evidence)} result(s)) when {when}")
+    return "; ".join(parts)
+
+
+def _scored(knob: str, value: Any, matched: list[Claim], features: dict[str, Any], order: int,
+            also: tuple[tuple[str, Any], ...] = ()) -> Hypothesis:
+    p, ratio, uncertainty = _combine(matched)
+    optimistic = min(1.0, p + EXPLORATION * uncertainty)
+    cost = _cost(knob, p)
+    # Ties (no claims anywhere) keep the catalog order through a vanishing tie-breaker.
+    value_score = optimistic * math.log(max(ratio, 1.0001)) / cost - order * 1e-9
+    return Hypothesis(knob, value, _why(matched, features), p_helps=p, expected_ratio=ratio, cost=cost,
+                      score=value_score, claims=tuple(c.id for c in matched), also=also)
+
+
+def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features: dict[str, Any],
+          order: int = 0) -> Hypothesis:
+    """One single change, scored from the claims that match it here (not those about combinations)."""
+    start = getattr(incumbent, knob)
+    matched = [c for c in claims if not _enabling(c) and c.matches(knob, value, start, features)]
+    return _scored(knob, value, matched, features, order)
+
+
+def _enabling(claim: Claim) -> str | None:
+    return next((change for kind, change in claim.relations if kind == "enables"), None)
+
+
+def _enabled(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple],
+             claims: list[Claim], features: dict[str, Any], blocked: set[str]) -> list[Hypothesis]:
+    """Combined changes: a change a claim says enables another (checkpointing -> a larger micro-batch)
+    made together with it, when the claim matches here or the enabled change already did not fit."""
+    found: list[Hypothesis] = []
+    for claim in claims:
+        target = _enabling(claim)
+        if target is None or getattr(incumbent, claim.knob) == claim.value:
+            continue
+        target_knob, _, target_value = target.partition("=")
+        value = _target_value(target_knob, target_value, incumbent, effective_batch)
+        if value is None:
+            continue
+        start = getattr(incumbent, claim.knob)
+        fits_claim = claim.matches(claim.knob, claim.value, start, features)
+        was_blocked = f"{target_knob}={value}" in blocked
+        if not (fits_claim or was_blocked):
+            continue
+        if not_applicable(claim.knob, claim.value, incumbent, device, effective_batch) or \
+                not_applicable(target_knob, value, incumbent.with_change(claim.knob, claim.value), device, effective_batch):
+            continue
+        hypothesis = _scored(claim.knob, claim.value, [claim], features, len(CATALOG_ORDER),
+                             also=((target_knob, value),))
+        if was_blocked:
+            hypothesis = Hypothesis(**{**hypothesis.__dict__, "reason": f"{target_knob}={value} did not fit alone; "
+                                       + hypothesis.reason})
+        if key(hypothesis.apply(incumbent)) not in measured:
+            found.append(hypothesis)
+    return found
+
+
+def _target_value(knob: str, text: str, incumbent: Knobs, effective_batch: int) -> Any:
+    current = getattr(incumbent, knob)
+    if knob == "per_device_train_batch_size":
+        options = [d for d in divisors(effective_batch) if (d > current if text == "up" else d < current)]
+        if not options:
+            return None
+        return options[0] if text == "up" else options[-1]
+    if knob == "dataloader_num_workers":
+        return current + 2 if text == "up" else (max(0, current - 2) if current else None)
+    if text in ("True", "true", "False", "false"):
+        return text.lower() == "true"
+    return text
 
 
 def key(knobs: Knobs) -> tuple:

@@ -1,0 +1,92 @@
+"""Experience: one record per run and one per trial, looked up by job and device; replay and warm start.
+
+- A trial whose knobs were already measured on top of the same incumbent, for the same job (same
+  model, data, lengths, batch, method, weights and seed) on the same device fingerprint and software
+  versions, is replayed from its record instead of measured again, unless the user says `fresh`.
+- A past run of a similar job (same model family on the same device kind, nearest by job features)
+  warm-starts a new run: its best config, as one combined change, is the first thing tried.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from ..knobs import Knobs
+from .features import distance
+from .store import Store
+
+# Fields of a measurement worth keeping in the knowledge base (the run folder keeps everything).
+_KEPT = ("samples_per_s", "tokens_per_s", "step_times_s", "median_step_s", "mfu", "hfu", "peak_memory",
+         "ceiling", "breakdown", "real_tokens_per_step", "model_flops", "hardware_flops", "device",
+         "parity_losses")
+
+
+def new_run_id(run: str) -> str:
+    return f"{run}@{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def _slim(measurement: dict[str, Any]) -> dict[str, Any]:
+    return {k: measurement[k] for k in _KEPT if k in measurement}
+
+
+class Experience:
+    """Runs and trials of one knowledge-base folder."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # -- writing ----------------------------------------------------------------------------
+    def record_trial(self, run_id: str, identity: dict[str, Any], features: dict[str, Any],
+                     incumbent: Knobs, record: dict[str, Any], hypothesis: dict[str, Any] | None = None) -> int:
+        """One trial (the baseline is trial 0); `identity` holds job and device fingerprints and software."""
+        trial = {
+            "schema_version": 1, "run_id": run_id, "run": record["run"], "trial": record["trial"],
+            "experiment": f"{run_id}#{record['trial']}", **identity, "features": features,
+            "incumbent_knobs": incumbent.to_dict(), "knobs": record["knobs"], "change": record["change"],
+            "state": record["state"], "decision": record["decision"], "reason": record["reason"],
+            "ratio": record.get("ratio"), "interval": record.get("interval"),
+            "confidence": record.get("confidence"), "samples_per_s": record.get("samples_per_s"),
+            "incumbent_samples_per_s": record.get("incumbent_samples_per_s"),
+            "noise_floor": record.get("noise_floor"), "parity": record.get("parity"),
+            "measurements": [_slim(m) for m in record.get("measurements", [])], "hypothesis": hypothesis,
+        }
+        return self.store.append("trials", trial)
+
+    def record_run(self, run_id: str, identity: dict[str, Any], job: dict[str, Any], features: dict[str, Any],
+                   frame: dict[str, Any], outcome: dict[str, Any]) -> int:
+        return self.store.append("runs", {"schema_version": 1, "run_id": run_id, "run": job["run"], **identity,
+                                          "job": job, "features": features, "frame": frame, **outcome,
+                                          "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+
+    # -- reading ----------------------------------------------------------------------------
+    def runs(self, job_fingerprint: str | None = None, device_fingerprint: str | None = None) -> list[dict[str, Any]]:
+        equals = {k: v for k, v in (("job_fingerprint", job_fingerprint),
+                                    ("device_fingerprint", device_fingerprint)) if v}
+        return self.store.search("runs", **equals) if equals else self.store.all("runs")
+
+    def trials(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        return self.store.search("trials", run_id=run_id) if run_id else self.store.all("trials")
+
+    def replay(self, identity: dict[str, Any], incumbent: Knobs, knobs: Knobs) -> dict[str, Any] | None:
+        """The latest trial of the same spec on the same device and software, if one ended in a
+        state that says something (a timeout from a spent budget does not)."""
+        found = [t for t in self.store.search("trials", job_fingerprint=identity["job_fingerprint"],
+                                              device_fingerprint=identity["device_fingerprint"])
+                 if t.get("software") == identity["software"] and t["knobs"] == knobs.to_dict()
+                 and t["incumbent_knobs"] == incumbent.to_dict() and t["state"] in ("complete", "oom", "crash", "invalid")
+                 and (t["trial"] == 0 or t["decision"] != "baseline")]
+        return found[-1] if found else None
+
+    def similar_run(self, features: dict[str, Any], device_kind: str | None,
+                    exclude_job: str | None = None) -> dict[str, Any] | None:
+        """The nearest past run of the same model family on the same kind of device whose best
+        config beat its baseline."""
+        candidates = [r for r in self.store.all("runs")
+                      if r.get("features", {}).get("model_family") == features.get("model_family")
+                      and r.get("features", {}).get("device_kind") == device_kind
+                      and r.get("best", {}).get("trial", 0) > 0 and r.get("job_fingerprint") != exclude_job]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda r: (distance(features, r["features"]), -len(r.get("finished_at", ""))))
