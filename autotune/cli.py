@@ -1,4 +1,5 @@
-"""Argument grammar only: `autotune tune RUN key=value ... [smoke]`. Each subcommand calls one function."""
+"""Argument grammar only: `autotune tune RUN key=value ... [smoke] [fresh]`, `autotune suggest key=value ...`,
+`autotune kb ...`. Each subcommand calls one function."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items(
     + "\n  gradient_accumulation_steps  alternative to per_device_train_batch_size"
     + "\n\nmodes:\n  smoke            CPU dry run on a tiny model of the job's architecture; with nothing else,\n"
     "                   the built-in demo (" + DEMO_PRESET + " preset, synthetic data, max_len=512, effective_batch=16)\n"
+    "  fresh            measure every trial, even those this knowledge base already holds for this job,\n"
+    "                   device and software (by default they are replayed from the record)\n"
     "\nexamples:\n  autotune tune demo smoke\n"
     "  autotune tune qwen model=Qwen/Qwen2.5-0.5B dataset=tatsu-lab/alpaca max_len=2048 effective_batch=16 time=2h")
 
@@ -37,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("run", metavar="RUN", help="name of the run; outputs go to runs/RUN/")
     tune.add_argument("words", nargs="*", metavar="key=value", help="the job (see keys below)")
     tune.add_argument("--runs-dir", default=os.environ.get("AUTOTUNE_RUNS", "runs"), help="where run folders go")
+    from . import kb_commands, suggest
+
+    suggest.add_parser(commands)
+    kb_commands.add_parser(commands)
     return parser
 
 
@@ -60,7 +67,7 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
     from .tuner import Tuner
 
     display = Progress()
-    tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env())
+    tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env(), fresh="fresh" in modes)
     try:
         outcome = tuner.run()
     finally:
@@ -88,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command != "tune":
+            return args.handler(args)
         return tune(args.run, args.words, args.runs_dir)
     except JobError as error:
         print(f"autotune: {error}", file=sys.stderr)

@@ -16,7 +16,7 @@ from .errors import JobError
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .presets import DEMO_PRESET, PRESETS
 
-MODES = ("smoke", "resume", "review")
+MODES = ("smoke", "resume", "review", "fresh")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
 JOB_KEYS = {
     "model": "a built-in preset (" + ", ".join(PRESETS) + "), a hub id like Qwen/Qwen2.5-0.5B, or a local folder",

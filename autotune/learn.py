@@ -71,7 +71,9 @@ class Memory:
 
     def warm_start(self, incumbent: Knobs, measured: set[tuple]) -> Hypothesis | None:
         """The best config of the nearest similar past run, as one combined change, if it differs."""
-        past = self.experience.similar_run(self.base_features, self.base_features.get("device_kind"))
+        # The same job on the same device is replayed trial by trial, not warm-started (unless `fresh`).
+        same = None if self.fresh else self.identity.get("job_fingerprint")
+        past = self.experience.similar_run(self.base_features, self.base_features.get("device_kind"), exclude_job=same)
         if past is None:
             return None
         best = Knobs.from_dict(past["best"]["knobs"])

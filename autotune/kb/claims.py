@@ -23,7 +23,8 @@ from ..knobs import CATALOG
 
 OPS = (">=", "<=", "!=", "==", ">", "<")
 INT_KNOBS = tuple(name for name, knob in CATALOG.items() if knob.kind == "int")
-_CLAUSE = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(>=|<=|!=|==|>|<)\s*([^\s]+)\s*$")
+# The value may not start with an operator character: `max_len >=` must not read as `max_len > "="`.
+_CLAUSE = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(>=|<=|!=|==|>|<)\s*([^\s<>=!]\S*)\s*$")
 STATUSES = ("active", "split", "deleted")
 
 
@@ -81,7 +82,12 @@ def parse_condition(text: str) -> tuple[Clause, ...]:
         if not match:
             raise ConditionError(f"condition {text!r}: cannot read {part!r}; expected `feature op value` "
                                  f"clauses joined by ' and ', op one of {' '.join(OPS)}")
-        clauses.append(Clause(match.group(1), match.group(2), _value(match.group(3))))
+        value = _value(match.group(3))
+        if match.group(2) not in ("==", "!=") and isinstance(value, (bool, str)):
+            # It could never hold (Clause.holds orders numbers only): refuse it rather than ignore the claim.
+            raise ConditionError(f"condition {text!r}: {part.strip()!r} orders a non-number; "
+                                 f"use == or != for words and true/false")
+        clauses.append(Clause(match.group(1), match.group(2), value))
     return tuple(clauses)
 
 
@@ -197,7 +203,12 @@ class Claim:
 
     def with_evidence(self, *more: Evidence) -> "Claim":
         seen = {e.experiment for e in self.evidence}
-        return replace(self, evidence=self.evidence + tuple(e for e in more if e.experiment not in seen))
+        added = []
+        for item in more:
+            if item.experiment not in seen:
+                seen.add(item.experiment)
+                added.append(item)
+        return replace(self, evidence=self.evidence + tuple(added)) if added else self
 
     # -- records ----------------------------------------------------------------------------
     def definition(self) -> dict[str, Any]:

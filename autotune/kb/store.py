@@ -297,6 +297,14 @@ class Store:
         """Every record of the table, oldest first."""
         return [record for _, record in self.items(table)]
 
+    def view(self, table: str) -> list[dict[str, Any]]:
+        """Every record, oldest first, as held in memory: no copy, so twice as fast as `all` for a
+        reader that only reads (the beliefs fold). Changing one changes what this Store hands out."""
+        state = self._table(table)
+        with self._mutex:
+            self._read(table, state)
+            return list(state.docs.values())
+
     def search(self, table: str, /, **equals: Any) -> list[dict[str, Any]]:
         """Records whose top-level fields equal the given values, oldest first.
 

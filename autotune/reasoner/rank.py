@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from ..kb.claims import Claim
+from ..kb.claims import Claim, change_value
 from ..knobs import CATALOG, Knobs, divisors, not_applicable
 
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
@@ -33,12 +33,13 @@ CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     ("per_device_train_batch_size", ()),  # neighbours of the incumbent's value
     ("attn_implementation", ("sdpa", "flash_attention_2")),
     ("precision", ("bf16", "tf32", "fp16")),
-    ("group_by_length", (True,)),
-    ("optim", ("adamw_torch_fused",)),
-    ("dataloader_num_workers", (2,)),
-    ("dataloader_pin_memory", (True,)),
-    ("gradient_checkpointing", (True,)),
-    ("torch_compile", (True,)),
+    ("group_by_length", (True, False)),
+    ("optim", ("adamw_torch_fused", "adamw_torch")),
+    ("dataloader_num_workers", (2, 0)),
+    ("dataloader_pin_memory", (True, False)),
+    # Both ways: a user who starts with checkpointing or compile on should learn what they cost.
+    ("gradient_checkpointing", (False, True)),
+    ("torch_compile", (False, True)),
 )
 
 
@@ -133,14 +134,16 @@ def _cost(knob: str, p_helps: float) -> float:
     return 1 + 3 * p_helps + (COMPILE_COST if knob == "torch_compile" else 0.0)
 
 
-def _combine(claims: list[Claim]) -> tuple[float, float, float]:
-    """P(helps), expected ratio if it helps, and uncertainty, from the matching claims."""
-    if not claims:
+def _combine(claims: list[Claim], against: list[Claim] = ()) -> tuple[float, float, float]:
+    """P(helps), expected ratio if it helps, and uncertainty, from the matching claims (and the claims
+    that say the change needs another made with it here, which count as saying it does not help alone)."""
+    if not claims and not against:
         return 0.5, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY
-    weights = [_weight(c) for c in claims]
+    sides = [(c, c.direction == "helps") for c in claims] + [(c, False) for c in against]
+    weights = [_weight(c) for c, _ in sides]
     total = sum(weights)
-    p = sum(w * (c.confidence if c.direction == "helps" else 1 - c.confidence) for w, c in zip(weights, claims)) / total
-    uncertainty = sum(w * c.uncertainty for w, c in zip(weights, claims)) / total
+    p = sum(w * (c.confidence if helps else 1 - c.confidence) for w, (c, helps) in zip(weights, sides)) / total
+    uncertainty = sum(w * c.uncertainty for w, (c, _) in zip(weights, sides)) / total
     helping = [(w, c) for w, c in zip(weights, claims) if c.direction == "helps"]
     if helping:
         log_ratio = sum(w * math.log(c.expected_ratio) for w, c in helping) / sum(w for w, _ in helping)
@@ -150,34 +153,46 @@ def _combine(claims: list[Claim]) -> tuple[float, float, float]:
     return p, ratio, uncertainty
 
 
-def _why(claims: list[Claim], features: dict[str, Any]) -> str:
-    if not claims:
+def _why(claims: list[Claim], features: dict[str, Any], against: list[Claim] = ()) -> str:
+    if not claims and not against:
         return "no claim speaks of this change for this job: tried to find out"
     parts = []
     for claim in sorted(claims, key=_weight, reverse=True)[:3]:
         when = " and ".join(f"{c} ({c.feature}={features.get(c.feature)})" for c in claim.condition) or "always"
         parts.append(f"{claim.id} {claim.direction} x{claim.expected_ratio:.2f} "
                      f"(confidence {claim.confidence:.2f}, {len(claim.evidence)} result(s)) when {when}")
+    for claim in against:
+        when = " and ".join(f"{c} ({c.feature}={features.get(c.feature)})" for c in claim.condition) or "always"
+        parts.append(f"{claim.id} says it needs {claim.change} with it (confidence {claim.confidence:.2f}) "
+                     f"when {when}")
     return "; ".join(parts)
 
 
 def _scored(knob: str, value: Any, matched: list[Claim], features: dict[str, Any], order: int,
-            also: tuple[tuple[str, Any], ...] = ()) -> Hypothesis:
-    p, ratio, uncertainty = _combine(matched)
+            also: tuple[tuple[str, Any], ...] = (), against: list[Claim] = ()) -> Hypothesis:
+    p, ratio, uncertainty = _combine(matched, against)
     optimistic = min(1.0, p + EXPLORATION * uncertainty)
-    cost = _cost(knob, p)
+    # The cost takes the same P(helps) as the gain: with the plain P here and P + exploration above,
+    # results that agree with a claim (P up, uncertainty down) made its change less attractive.
+    cost = _cost(knob, optimistic)
     # Ties (no claims anywhere) keep the catalog order through a vanishing tie-breaker.
     value_score = optimistic * math.log(max(ratio, 1.0001)) / cost - order * 1e-9
-    return Hypothesis(knob, value, _why(matched, features), p_helps=p, expected_ratio=ratio, cost=cost,
-                      score=value_score, claims=tuple(c.id for c in matched), also=also)
+    return Hypothesis(knob, value, _why(matched, features, against), p_helps=p, expected_ratio=ratio, cost=cost,
+                      score=value_score, claims=tuple(c.id for c in [*matched, *against]), also=also)
 
 
 def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features: dict[str, Any],
           order: int = 0) -> Hypothesis:
-    """One single change, scored from the claims that match it here (not those about combinations)."""
+    """One single change, scored from the claims that match it here (not those about combinations).
+
+    A claim that another change enables this one, where it matches, says this one does not fit alone
+    here (checkpointing -> a larger micro-batch when memory is short): it counts against it."""
     start = getattr(incumbent, knob)
     matched = [c for c in claims if not _enabling(c) and c.matches(knob, value, start, features)]
-    return _scored(knob, value, matched, features, order)
+    needs = [c for c in claims if _enabling(c) == f"{knob}={change_value(knob, start, value)}"
+             and getattr(incumbent, c.knob) != c.value
+             and c.matches(c.knob, c.value, getattr(incumbent, c.knob), features)]
+    return _scored(knob, value, matched, features, order, against=needs)
 
 
 def _enabling(claim: Claim) -> str | None:

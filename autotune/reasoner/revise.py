@@ -162,15 +162,23 @@ def _cuts(name: str, evidence: tuple[Evidence, ...]) -> list[tuple[Clause, Claus
     numeric = name in NUMERIC and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     if numeric:
         ordered = sorted(set(values))
-        return [(Clause(name, "<", t), Clause(name, ">=", t))
-                for t in (_round(lo + (hi - lo) / 2) for lo, hi in zip(ordered, ordered[1:]))]
+        cuts = (_threshold(lo, hi) for lo, hi in zip(ordered, ordered[1:]))
+        return [(Clause(name, "<", t), Clause(name, ">=", t)) for t in cuts if t is not None]
     return [(Clause(name, "==", v), Clause(name, "!=", v)) for v in sorted({str(v) for v in values})]
 
 
-def _round(value: float) -> float | int:
+def _threshold(lo: float, hi: float) -> float | int | None:
+    """The midpoint, rounded for reading but still above `lo` and at most `hi` (rounded to 3 digits,
+    512.5 would become 512 and put 512 on the upper side); None when only more digits than a condition's
+    text keeps (6, see Clause.__str__) would separate them."""
+    middle = lo + (hi - lo) / 2
+    return next((t for t in (_round(middle, s) for s in range(3, 7)) if lo < t <= hi), None)
+
+
+def _round(value: float, significant: int = 3) -> float | int:
     if value == 0:
         return 0
-    digits = 3 - int(math.floor(math.log10(abs(value)))) - 1
+    digits = significant - int(math.floor(math.log10(abs(value)))) - 1
     rounded = round(value, max(0, digits))
     return int(rounded) if float(rounded).is_integer() else rounded
 

@@ -1,0 +1,331 @@
+"""`autotune kb ...`: look into the knowledge base, draw it, share it, prune it.
+
+list, show, history, graph, runs read; export writes a file; import and prune append (the store is
+append-only: nothing already written is ever rewritten). Bad input is a JobError (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .errors import JobError, RecordError
+from .io import write_json_atomic
+from .kb.beliefs import Beliefs, draw
+from .kb.claims import Claim, Evidence, Update, condition_text
+from .kb.folder import kb_folder
+from .kb.store import Store
+from .reasoner.revise import restructure
+
+TABLES = ("runs", "trials", "claims", "claim_history")
+
+
+# ------------------------------------------------------------------------------------------- helpers
+
+def _folder(args: argparse.Namespace) -> Path:
+    return kb_folder(args.kb or "")
+
+
+def _store(args: argparse.Namespace, writing: bool = False) -> Store | None:
+    """The folder's store; None for a folder that does not exist yet and is only read (not created)."""
+    folder = _folder(args)
+    return Store(folder) if writing or folder.is_dir() else None
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, default=str))
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A rich table on a terminal; aligned plain columns otherwise (pipes, files, tests)."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for column in columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    print(title)
+    widths = [max(len(str(x)) for x in column) for column in zip(columns, *rows)]
+    for row in [columns, *rows]:
+        print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
+
+
+def _claim(beliefs: Beliefs, claim_id: str) -> Claim:
+    if claim_id not in beliefs:
+        raise JobError(f"no claim {claim_id!r} in this knowledge base; `autotune kb list --all` shows the claim ids")
+    return beliefs.get(claim_id)
+
+
+def _number(value: Any, form: str) -> str:
+    return format(value, form) if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+def kb_list(args: argparse.Namespace) -> int:
+    claims = [c for c in Beliefs(_store(args)).claims(active_only=not args.all) if not args.knob or c.knob == args.knob]
+    claims.sort(key=lambda c: (c.knob, -c.confidence, c.id))
+    if args.json:
+        _print_json([c.to_dict() for c in claims])
+        return 0
+    rows = [[c.id, c.change + (f" from {c.start}" if c.start is not None else ""), c.direction,
+             f"x{c.expected_ratio:.2f}", f"{c.confidence:.2f}", str(len(c.evidence)), c.status,
+             condition_text(c.condition) or "always", c.origin] for c in claims]
+    which = "all claims" if args.all else "active claims"
+    _table(f"{len(claims)} {which} in {_folder(args)}",
+           ["id", "change", "direction", "ratio", "confidence", "evidence", "status", "condition", "origin"], rows)
+    return 0
+
+
+def kb_show(args: argparse.Namespace) -> int:
+    beliefs = Beliefs(_store(args))
+    claim = _claim(beliefs, args.claim)
+    lineage = beliefs.lineage(claim.id)
+    children = sorted(c.id for c in beliefs.claims(active_only=False) if c.parent == claim.id)
+    if args.json:
+        _print_json({**claim.to_dict(), "lineage": lineage, "children": children})
+        return 0
+    a, b = claim.posterior
+    status = claim.status + (f" ({claim.status_reason})" if claim.status_reason else "")
+    relations = "; ".join(f"{kind} {change}" for kind, change in claim.relations) or "none"
+    print(f"{claim.id}: {claim.change}{f' from {claim.start}' if claim.start is not None else ''} {claim.direction}")
+    for label, value in (("statement", claim.statement or "-"),
+                         ("condition", condition_text(claim.condition) or "always (no condition)"),
+                         ("source", claim.source or "-"), ("origin", claim.origin),
+                         ("prior", f"Beta({claim.alpha:g}, {claim.beta:g})  (ratio x{claim.ratio:g})"),
+                         ("posterior", f"Beta({a:g}, {b:g})"),
+                         ("confidence", f"{claim.confidence:.3f} (sd {claim.uncertainty:.3f})"),
+                         ("expected ratio", f"x{claim.expected_ratio:.3f}"), ("status", status),
+                         ("relations", relations),
+                         ("lineage", " <- ".join(lineage) + ("" if len(lineage) > 1 else " (no parent)")),
+                         ("children", ", ".join(children) or "none")):
+        print(f"  {label + ':':<16}{value}")
+    print(f"  evidence ({len(claim.evidence)}, {claim.agreements} agree):")
+    for e in claim.evidence:
+        print(f"    {e.experiment}  x{e.ratio:.3f}  {e.outcome:<7}  {'agrees' if claim.agrees(e) else 'disagrees'}")
+    return 0
+
+
+def kb_history(args: argparse.Namespace) -> int:
+    beliefs = Beliefs(_store(args))
+    claim = _claim(beliefs, args.claim)
+    events = beliefs.history(claim.id)
+    if args.json:
+        _print_json(events)
+        return 0
+    if not events:
+        print(f"{claim.id}: no events; the claim is as defined ({claim.origin})")
+        return 0
+    print(f"{claim.id}: {len(events)} event(s), oldest first")
+    for n, event in enumerate(events, 1):
+        op = event["op"]
+        if claim.id in (event.get("children") or ()) and event["claim"] != claim.id:
+            op = f"{op} of {event['claim']} (created this claim)"
+        evidence = event.get("evidence") or {}
+        seen = (f"  evidence {evidence.get('experiment')} x{_number(evidence.get('ratio'), '.3f')} "
+                f"{evidence.get('outcome', '')}" if evidence else "")
+        print(f"  {n:>3}. {event.get('at', '-')}  {op}  run {event.get('run') or '-'}{seen}")
+        print(f"       {event.get('reason', '')}")
+    return 0
+
+
+def kb_graph(args: argparse.Namespace) -> int:
+    beliefs = Beliefs(_store(args))
+    graph = beliefs.graph
+    path = draw(beliefs, Path(args.file).expanduser())
+    print(f"wrote {path.resolve()}: {graph.number_of_nodes()} nodes, {graph.number_of_edges()} edges")
+    return 0
+
+
+def kb_runs(args: argparse.Namespace) -> int:
+    store = _store(args)
+    runs = store.all("runs") if store else []
+    if args.json:
+        _print_json(runs)
+        return 0
+    if not runs:
+        print(f"no runs recorded in {_folder(args)}")
+        return 0
+    rows = []
+    for r in runs:
+        job, trials = r.get("job") or {}, r.get("trials")
+        rows.append([str(r.get("run", "-")), str(r.get("run_id", "-")), str(r.get("finished_at", "-")),
+                     f"{job.get('model', '-')} max_len={job.get('max_len', '-')} "
+                     f"batch={job.get('effective_batch', '-')} {job.get('method', '-')}",
+                     str(r.get("device_fingerprint", "-"))[:12],
+                     _number((r.get("baseline") or {}).get("samples_per_s"), ".3f"),
+                     "x" + _number((r.get("best") or {}).get("speedup"), ".2f"),
+                     str(len(trials) if isinstance(trials, list) else trials if trials is not None else "-"),
+                     str(r.get("trials_to_best", "-"))])
+    _table(f"{len(runs)} run(s) in {_folder(args)}", ["run", "run_id", "when", "job", "device", "baseline samples/s",
+                                                     "best", "trials", "trials_to_best"], rows)
+    return 0
+
+
+def kb_export(args: argparse.Namespace) -> int:
+    store = _store(args)
+    shared = Beliefs(store).export()
+    data = {"schema_version": 1, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "claims": shared["claims"], "claim_history": shared["claim_history"],
+            "runs": store.all("runs") if store else [], "trials": store.all("trials") if store else []}
+    path = Path(args.file).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, data)
+    print(f"exported {len(data['claims'])} claims, {len(data['claim_history'])} history events, "
+          f"{len(data['runs'])} runs, {len(data['trials'])} trials to {path}")
+    return 0
+
+
+def _read_export(path: Path) -> dict[str, Any]:
+    """The export file, its shape checked before anything is written (one JobError line otherwise)."""
+    if not path.is_file():
+        raise JobError(f"kb import: {path} does not exist (write one with `autotune kb export FILE`)")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise JobError(f"kb import: {path} is not JSON ({getattr(error, 'msg', error)})") from None
+
+    def bad(why: str) -> JobError:
+        return JobError(f"kb import: {path} is not a knowledge-base export ({why})")
+
+    if not isinstance(data, dict) or data.get("schema_version") != 1:
+        raise bad("expected an object with schema_version 1")
+    for table in TABLES:
+        if not isinstance(data.get(table, []), list) or not all(isinstance(x, dict) for x in data.get(table, [])):
+            raise bad(f"{table} must be a list of objects")
+        if any(x.get("schema_version") != 1 for x in data.get(table, []) if table != "claim_history"):
+            raise bad(f"a record of {table} lacks schema_version 1")
+    for run in data.get("runs", []):
+        if not all(isinstance(run.get(k), str) and run.get(k) for k in ("run_id", "job_fingerprint",
+                                                                         "device_fingerprint")):
+            raise bad("a run lacks run_id, job_fingerprint or device_fingerprint")
+    for trial in data.get("trials", []):
+        if any(k in trial and not (isinstance(trial[k], str) and trial[k]) for k in ("job_fingerprint",
+                                                                                   "device_fingerprint")):
+            raise bad("a trial has an empty job or device fingerprint")
+    return data
+
+
+def _updates(data: dict[str, Any], path: Path, imported: dict[str, Claim], beliefs: Beliefs) -> tuple[list[Update], int]:
+    """The history events as Updates (each once), and how many speak of a claim known neither here nor there."""
+    updates, keys, unknown = [], set(), 0
+    for event in data.get("claim_history", []):
+        try:
+            if event["claim"] not in imported and event["claim"] not in beliefs:
+                unknown += 1
+                continue
+            children = tuple(imported[i] if i in imported else beliefs.get(i) for i in event.get("children") or ())
+            evidence = Evidence.from_dict(event["evidence"]) if event.get("evidence") else None
+            update = Update(str(event["op"]), event["claim"], str(event.get("reason", "")), evidence=evidence,
+                            children=children, run=str(event.get("run") or ""))
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise JobError(f"kb import: {path}: a history event is not valid ({error!r})") from None
+        key = (update.op, update.claim, evidence.experiment if evidence else None, tuple(c.id for c in children))
+        if key not in keys:
+            keys.add(key)
+            updates.append(update)
+    return updates, unknown
+
+
+def _new(records: list[dict[str, Any]], have: set, key: Any) -> list[dict[str, Any]]:
+    """The records whose key is in neither `have` nor an earlier record of the list."""
+    fresh = []
+    for record in records:
+        if key(record) not in have:
+            have.add(key(record))
+            fresh.append(record)
+    return fresh
+
+
+def kb_import(args: argparse.Namespace) -> int:
+    path = Path(args.file).expanduser()
+    data = _read_export(path)
+    try:
+        imported = {c.id: c for c in (Claim.from_definition(d) for d in data.get("claims", []))}
+    except (RecordError, KeyError, TypeError, ValueError, AttributeError) as error:
+        raise JobError(f"kb import: {path}: a claim definition is not valid ({error})") from None
+    store = _store(args, writing=True)
+    beliefs = Beliefs(store)
+    updates, unknown = _updates(data, path, imported, beliefs)  # checked before anything is written
+    new_claims = [c.definition() for c in imported.values() if c.id not in beliefs]
+    store.extend("claims", new_claims)
+    applied = Beliefs(store).apply(updates)  # folds what is here, then the imported events it lacks
+    runs = _new(data.get("runs", []), {r.get("run_id") for r in store.all("runs")}, lambda r: r["run_id"])
+    trials = _new(data.get("trials", []), {(t.get("run_id"), t.get("trial")) for t in store.all("trials")},
+                  lambda t: (t.get("run_id"), t.get("trial")))
+    store.extend("runs", runs)
+    store.extend("trials", trials)
+    history = len(data.get("claim_history", []))
+    print(f"imported from {path} into {store.folder}:")
+    print(f"  claims:  {len(new_claims)} added, {len(imported) - len(new_claims)} skipped (already known)")
+    print(f"  history: {len(applied)} events applied, {history - len(applied)} skipped (already folded"
+          f"{f'; {unknown} about claims unknown here' if unknown else ''})")
+    print(f"  runs:    {len(runs)} added, {len(data.get('runs', [])) - len(runs)} skipped (already recorded)")
+    print(f"  trials:  {len(trials)} added, {len(data.get('trials', [])) - len(trials)} skipped (already recorded)")
+    return 0
+
+
+def kb_prune(args: argparse.Namespace) -> int:
+    beliefs = Beliefs(_store(args, writing=not args.dry_run))
+    updates: list[Update] = []
+    for claim in beliefs.claims(active_only=True):
+        last = claim.evidence[-1].experiment if claim.evidence else "none"
+        updates += [replace(u, run=u.run or "kb prune") for u in restructure(claim, last)]
+    if not updates:
+        print("nothing to prune: every active claim is still coherent with its evidence")
+        return 0
+    if args.dry_run:
+        done = [(u.op, u.claim, [c.id for c in u.children], u.reason) for u in updates]
+    else:
+        done = [(e["op"], e["claim"], e["children"], e["reason"]) for e in beliefs.apply(updates)]
+    print(f"{'would apply' if args.dry_run else 'applied'} {len(done)} update(s)"
+          f"{' (dry run: nothing written)' if args.dry_run else ''}:")
+    for op, claim_id, children, reason in done:
+        print(f"  {op} {claim_id}{' -> ' + ', '.join(children) if children else ''}: {reason}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- parser
+
+def add_parser(commands: Any) -> None:
+    kb = commands.add_parser("kb", help="inspect, draw, share and prune the knowledge base",
+                             description="The knowledge base: claims (beliefs), their history, and recorded runs.")
+    sub = kb.add_subparsers(dest="kb_command", metavar="KB_COMMAND", required=True)
+    where = ("knowledge-base folder (default: $AUTOTUNE_KB, else ~/.autotune/kb)")
+
+    def command(name: str, handler: Any, help_: str, json_: bool = False) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help_, description=help_)
+        parser.add_argument("--kb", metavar="PATH", default="", help=where)
+        if json_:
+            parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        parser.set_defaults(handler=handler)
+        return parser
+
+    listing = command("list", kb_list, "the claims, sorted by knob then confidence", json_=True)
+    listing.add_argument("--all", action="store_true", help="also split and deleted claims")
+    listing.add_argument("--knob", metavar="K", help="only claims about this knob")
+    command("show", kb_show, "one claim in full, with its evidence", json_=True).add_argument("claim", metavar="CLAIM")
+    command("history", kb_history, "the events of one claim, oldest first",
+            json_=True).add_argument("claim", metavar="CLAIM")
+    command("graph", kb_graph, "draw the belief graph to a PNG").add_argument(
+        "file", metavar="FILE", nargs="?", default="kb_graph.png", help="default: kb_graph.png here")
+    command("runs", kb_runs, "the runs recorded", json_=True)
+    command("export", kb_export, "write learned claims, their history, runs and trials to a JSON file").add_argument(
+        "file", metavar="FILE")
+    command("import", kb_import, "merge a file written by `kb export`, without duplicates").add_argument(
+        "file", metavar="FILE")
+    command("prune", kb_prune, "split or delete the active claims their evidence calls for").add_argument(
+        "--dry-run", action="store_true", help="only list what would change")
+
+
+__all__ = ["add_parser"]

@@ -1,0 +1,227 @@
+"""`autotune suggest key=value ...`: advice from the beliefs alone, no device needed.
+
+The job's features come from the words: the model's size and shape (a preset, a local config.json, a
+size in a hub id like `Qwen/Qwen2.5-7B`, or `model=7B`), `max_len`, `effective_batch`, `method`, the
+card (`gpu=4090` knows its memory; `gpu_mem=24GB` overrides) and, when the user knows them,
+`padding_share`, `length_spread` and `data_wait_share`. Memory headroom is estimated (weights, gradients
+and Adam state, activations per row at `max_len`, logits), and the report says it is an estimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import JobError
+from .kb.features import GPU_MEMORY_GB, NO_BF16, gpu_key, knob_features
+from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
+from .presets import PRESETS
+
+SUGGEST_KEYS = {
+    "model": "a preset, a local folder with config.json, a hub id with its size (Qwen/Qwen2.5-7B) or a size (7B, 500M)",
+    "max_len": "tokens per row, for example max_len=2048",
+    "effective_batch": "rows per optimizer step (default 16)",
+    "method": "sft or lora (default sft)",
+    "gpu": "the card, for example gpu=4090 or gpu=H100",
+    "gpu_mem": "the card's memory, for example gpu_mem=24GB (default: known for common cards)",
+    "padding_share": "share of tokens that padding to max_len would add, 0..1, if known",
+    "length_spread": "p90/p50 of row lengths, if known",
+    "data_wait_share": "share of step time waiting for data, 0..1, if known",
+    "kb": "the knowledge base folder (default $AUTOTUNE_KB or ~/.autotune/kb)",
+}
+_SIZE = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)\s*([bBmM])(?![a-zA-Z])")
+# Transformer shape from a parameter count: N ~ 12 L h^2 with h ~ 128 L (Llama and Qwen families).
+_ASPECT = 128
+_VOCAB = 128_000
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("suggest", help="advice for a job from the beliefs alone (no device needed)",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 usage="autotune suggest key=value ... [--json]",
+                                 epilog="keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in SUGGEST_KEYS.items())
+                                 + "\n  and any knob of the catalog as the starting config (default the naive one)"
+                                 + "\n\nexample:\n  autotune suggest model=Qwen/Qwen2.5-7B method=lora max_len=4096 gpu=4090")
+    parser.add_argument("words", nargs="*", metavar="key=value")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    parser.set_defaults(handler=lambda args: run(args.words, args.json))
+
+
+def _number(key: str, text: str, low: float, high: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise JobError(f"{key}={text!r}: expected {SUGGEST_KEYS[key]}") from None
+    if not low <= value <= high:
+        raise JobError(f"{key}={text!r}: expected {SUGGEST_KEYS[key]}")
+    return value
+
+
+def _whole(key: str, text: str) -> int:
+    if not re.fullmatch(r"\d+", text) or int(text) < 1:
+        raise JobError(f"{key}={text!r}: expected {SUGGEST_KEYS[key]}")
+    return int(text)
+
+
+def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
+    layers, hidden = config["num_hidden_layers"], config["hidden_size"]
+    vocab, inter = config.get("vocab_size", _VOCAB), config.get("intermediate_size", 4 * hidden)
+    heads = config.get("num_attention_heads", max(1, hidden // 128))
+    kv = config.get("num_key_value_heads", heads)
+    head_dim = hidden // heads
+    per_layer = hidden * (heads + 2 * kv) * head_dim + hidden * hidden + 3 * hidden * inter
+    params = layers * per_layer + vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
+    return {"params": params, "layers": layers, "hidden": hidden, "vocab": vocab, "heads": heads,
+            "model_family": config.get("model_type")}
+
+
+def model_shape(model: str) -> dict[str, Any]:
+    """Size and shape of a model from its name or config, without loading it."""
+    if model in PRESETS:
+        return _shape_from_config(PRESETS[model])
+    path = Path(model).expanduser()
+    if (path / "config.json").is_file():
+        return _shape_from_config(json.loads((path / "config.json").read_text()))
+    sizes = _SIZE.findall(model.rsplit("/", 1)[-1])
+    if not sizes:
+        raise JobError(f"model={model!r}: cannot tell its size from the name; give model=7B (or 500M), a preset "
+                       "or a local folder with config.json")
+    number, unit = sizes[-1]
+    params = float(number) * (1e9 if unit.lower() == "b" else 1e6)
+    layers = max(2, round((params / (12 * _ASPECT**2)) ** (1 / 3)))
+    hidden = _ASPECT * layers
+    family = next((f for f in ("qwen2", "llama", "mistral", "gemma", "phi") if f in model.lower().replace("qwen2.5", "qwen2")),
+                  None)
+    return {"params": params, "layers": layers, "hidden": hidden, "vocab": _VOCAB, "heads": max(1, hidden // 128),
+            "model_family": family}
+
+
+def estimate_headroom(shape: dict[str, Any], max_len: int, gpu_mem_gb: float, method: str, knobs: Knobs) -> float:
+    """Share of the card left free by a worst-case micro-batch (every row at max_len) of `knobs`.
+
+    Full fine-tune: fp32 weights, gradients and Adam moments (16 bytes a parameter). LoRA: frozen
+    weights at 2 bytes (4 in fp32) plus little. Activations: 34 bytes per token, layer and hidden unit in
+    half precision (Korthikanti et al. 2022), twice that in fp32, plus the eager attention scores;
+    checkpointing keeps one layer's. Logits and their gradient in fp32."""
+    params, layers, hidden = shape["params"], shape["layers"], shape["hidden"]
+    half = knobs.precision in ("bf16", "fp16")
+    if method == "lora":
+        state = params * (2 if half else 4) + 0.01 * params * 16
+    else:
+        state = params * 16
+    element = 34 if half else 68
+    per_layer = max_len * hidden * element
+    if knobs.attn_implementation == "eager":
+        per_layer += 5 * shape["heads"] * max_len**2 * (2 if half else 4)
+    kept_layers = 1 + math.sqrt(layers) if knobs.gradient_checkpointing else layers
+    activations = knobs.per_device_train_batch_size * (kept_layers * per_layer + max_len * shape["vocab"] * 8)
+    return round(1 - (state + activations) / (gpu_mem_gb * 1e9), 4)
+
+
+def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[str, Any], list[str], str]:
+    """(features, starting knobs, device facts, notes, kb folder) of a suggest command line."""
+    pairs: dict[str, str] = {}
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep or not value:
+            raise JobError(f"{word!r}: expected key=value; keys: {', '.join(SUGGEST_KEYS)}")
+        if key not in SUGGEST_KEYS and key not in CATALOG:
+            raise JobError(f"unknown key '{key}'; accepted keys: {', '.join(list(SUGGEST_KEYS) + list(CATALOG))}")
+        if key in pairs:
+            raise JobError(f"key '{key}' is given twice; give it once")
+        pairs[key] = value
+    for key in ("model", "max_len"):
+        if key not in pairs:
+            raise JobError(f"missing required key '{key}': expected {key}=<{SUGGEST_KEYS[key]}>")
+    max_len = _whole("max_len", pairs["max_len"])
+    batch = _whole("effective_batch", pairs.get("effective_batch", "16"))
+    method = pairs.get("method", "sft")
+    if method not in ("sft", "lora"):
+        raise JobError(f"method={method!r}: expected {SUGGEST_KEYS['method']}")
+    start = dict(NAIVE_START)
+    for key, text in pairs.items():
+        if key in CATALOG:
+            start[key] = parse_knob_value(key, text)
+    knobs = Knobs(**start)
+    if batch % knobs.per_device_train_batch_size:
+        raise JobError(f"per_device_train_batch_size={knobs.per_device_train_batch_size} does not divide "
+                       f"effective_batch={batch}")
+    shape = model_shape(pairs["model"])
+    notes: list[str] = []
+    features: dict[str, Any] = {"device_kind": "cuda", "max_len": max_len, "effective_batch": batch, "method": method,
+                                "params_m": round(shape["params"] / 1e6, 1), "layers": shape["layers"],
+                                "hidden": shape["hidden"], "vocab": shape["vocab"]}
+    if shape.get("model_family"):
+        features["model_family"] = shape["model_family"]
+    label = pairs.get("gpu", "")
+    known = gpu_key(label) if label else None
+    if "gpu_mem" in pairs:
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:GB|G|GiB)?", pairs["gpu_mem"], re.IGNORECASE)
+        if not match:
+            raise JobError(f"gpu_mem={pairs['gpu_mem']!r}: expected {SUGGEST_KEYS['gpu_mem']}")
+        features["gpu_mem_gb"] = float(match.group(1))
+    elif known:
+        features["gpu_mem_gb"] = float(GPU_MEMORY_GB[known])
+    elif label:
+        notes.append(f"gpu={label}: memory unknown; give gpu_mem= for advice that depends on memory")
+    features["bf16_supported"] = not any(old in label.lower() for old in NO_BF16)
+    for key, high in (("padding_share", 1.0), ("length_spread", 1000.0), ("data_wait_share", 1.0)):
+        if key in pairs:
+            features[key] = _number(key, pairs[key], 0.0, high)
+        else:
+            notes.append(f"{key} unknown: advice that depends on it is not given (add {key}=...)")
+    if "gpu_mem_gb" in features:
+        features["headroom"] = max(0.0, estimate_headroom(shape, max_len, features["gpu_mem_gb"], method, knobs))
+        notes.append(f"headroom {features['headroom']:.2f} is an estimate from the model's size (no device measured)")
+    features.update(knob_features(knobs))
+    device = {"kind": "cuda", "bf16": features["bf16_supported"], "tf32": features["bf16_supported"],
+              "flash_attn": True, "compile": True, "fused_adamw": True, "cpu_count": 8,
+              "memory_bytes": int(features.get("gpu_mem_gb", 0) * 1e9)}
+    return features, knobs, device, notes, pairs.get("kb", "")
+
+
+def advise(words: list[str]) -> dict[str, Any]:
+    from .kb import Store, kb_folder
+    from .kb.beliefs import Beliefs
+    from .reasoner import rank
+
+    features, knobs, device, notes, kb = features_from_words(words)
+    folder = kb_folder(kb)
+    beliefs = Beliefs(Store(folder)) if folder.exists() else Beliefs()
+    ready, skipped = rank(knobs, device, features["effective_batch"], set(), beliefs.claims(), features)
+    sources = {c.id: c.source for c in beliefs.claims()}
+    return {"schema_version": 1, "features": features, "start": knobs.to_dict(), "notes": notes,
+            "hypotheses": [{**h.to_dict(), "sources": sorted({sources[c] for c in h.claims if sources.get(c)})}
+                           for h in ready],
+            "skipped": [{"change": change, "why": why} for change, why in skipped]}
+
+
+def run(words: list[str], as_json: bool) -> int:
+    advice = advise(words)
+    if as_json:
+        print(json.dumps(advice, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    shown = {k: advice["features"][k] for k in ("params_m", "max_len", "effective_batch", "method", "gpu_mem_gb",
+                                                "headroom") if k in advice["features"]}
+    console.print("job: " + ", ".join(f"{k}={v}" for k, v in shown.items()), highlight=False)
+    table = Table(title="what to try, best first (from the beliefs; nothing measured)")
+    for column in ("#", "change", "P(helps)", "ratio if it helps", "why"):
+        table.add_column(column, overflow="fold")
+    for n, hypothesis in enumerate(advice["hypotheses"], 1):
+        why = hypothesis["rationale"] + (f" [sources: {'; '.join(hypothesis['sources'])}]" if hypothesis["sources"] else "")
+        table.add_row(str(n), hypothesis["change"], f"{hypothesis['p_helps']:.2f}",
+                      f"x{hypothesis['expected_ratio']:.2f}", why)
+    console.print(table)
+    for item in advice["skipped"]:
+        console.print(f"cannot apply: {item['change']}: {item['why']}", highlight=False)
+    for note in advice["notes"]:
+        console.print(f"note: {note}", highlight=False)
+    return 0

@@ -1,0 +1,121 @@
+"""The tuner's memory across runs: replay, fresh, warm start, evidence into the beliefs, blocked changes.
+
+Driven by the table executor of test_tuner (each knob's effect fixed), so what a second run does
+because of the first is checked exactly; tests/e2e/test_compounding.py measures it for real.
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TINY_WORDS
+from test_tuner import TableExecutor
+
+from autotune.job import job_from_words
+from autotune.kb import Store, kb_folder
+from autotune.kb.beliefs import Beliefs
+from autotune.kb.experience import Experience
+from autotune.learn import trials_to_best
+from autotune.records import RunFolder
+from autotune.tuner import Tuner
+
+FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5,
+           ("attn_implementation", "sdpa"): 1.3}
+
+
+def job(run: str, *changes: str):
+    words = [w for w in TINY_WORDS if w.split("=")[0] not in {c.split("=")[0] for c in changes}]
+    return job_from_words(run, words + list(changes))[0]
+
+
+def tune(tmp_path, executor, run: str, *changes: str, fresh: bool = False):
+    tuner = Tuner(job(run, *changes), executor, tmp_path, fresh=fresh)
+    return tuner, tuner.run()
+
+
+def record(trial: int, decision: str, ratio: float | None = None) -> dict:
+    return {"trial": trial, "decision": decision, "ratio": ratio}
+
+
+def test_trials_to_best_is_the_first_trial_within_five_percent_of_the_final_speedup():
+    records = [record(0, "baseline"), record(1, "keep", 2.0), record(2, "discard", 0.9), record(3, "keep", 1.5),
+               record(4, "keep", 1.03)]
+    assert trials_to_best(records) == 3          # 3.0 of 3.09 is within 5%; the 3% gain at trial 4 is not needed
+    assert trials_to_best(records[:3]) == 1
+    assert trials_to_best([record(0, "baseline"), record(1, "discard", 0.9)]) == 0
+
+
+def test_the_same_job_again_is_replayed_from_the_record_without_measuring(tmp_path):
+    first = TableExecutor(FACTORS)
+    _, one = tune(tmp_path, first, "one", "max_trials=4")
+    again = TableExecutor(FACTORS)
+    _, two = tune(tmp_path, again, "two", "max_trials=4")
+    done_before = {(r["change"], tuple(sorted(r["knobs"].items()))) for r in one.records}
+    replayed = [r for r in two.records if r["state"] == "replayed"]
+    measured = [r for r in two.records if r["state"] != "replayed"]
+    assert two.records[0]["state"] == "replayed" and len(replayed) >= 3
+    # Whatever the first run measured is read back; only changes it never tried are measured.
+    assert all((r["change"], tuple(sorted(r["knobs"].items()))) in done_before for r in replayed)
+    assert all((r["change"], tuple(sorted(r["knobs"].items()))) not in done_before for r in measured)
+    assert sum(s["kind"] == "trial" for s in again.specs) <= 4 * len(measured)
+    assert two.best.knobs == one.best.knobs
+    assert all(r["replayed_from"].endswith(f"#{r['trial']}") for r in replayed if r["trial"] == 0)
+    RunFolder(tmp_path, "two").read_experiments()                # replayed records are schema-valid
+
+
+def test_fresh_measures_again(tmp_path):
+    tune(tmp_path, TableExecutor(FACTORS), "one", "max_trials=2")
+    again = TableExecutor(FACTORS)
+    _, two = tune(tmp_path, again, "two", "max_trials=2", fresh=True)
+    assert "replayed" not in {r["state"] for r in two.records}
+    assert sum(s["kind"] == "trial" for s in again.specs) >= 5
+
+
+def test_a_similar_job_is_warm_started_from_the_best_config_of_the_last_run(tmp_path):
+    _, one = tune(tmp_path, TableExecutor(FACTORS), "one")
+    assert trials_to_best(one.records) >= 2
+    _, two = tune(tmp_path, TableExecutor(FACTORS), "two", "max_len=96")
+    first = two.records[1]
+    assert first["decision"] == "keep" and "warm start" in first["hypothesis"]["rationale"]
+    assert two.best.knobs.padding == one.best.knobs.padding
+    assert trials_to_best(two.records) == 1 <= trials_to_best(one.records) / 2
+
+
+def test_every_trial_is_recorded_and_its_outcome_moves_the_beliefs(tmp_path):
+    before = {c.id: c.confidence for c in Beliefs().claims()}
+    _, outcome = tune(tmp_path, TableExecutor(FACTORS), "one", "max_trials=4")
+    store = Store(kb_folder())
+    experience = Experience(store)
+    run = experience.runs()[0]
+    assert run["run"] == "one" and run["best"]["knobs"] == outcome.best.knobs.to_dict()
+    assert [t["trial"] for t in experience.trials(run["run_id"])] == [r["trial"] for r in outcome.records]
+    kept = next(r for r in outcome.records if r["decision"] == "keep")
+    assert kept["hypothesis"]["claims"], "the change was ranked by claims"
+    assert {e["op"] for e in kept["beliefs"]} >= {"confirm"}
+    after = Beliefs(store)
+    confirmed = kept["beliefs"][0]["claim"]
+    assert after.get(confirmed).confidence > before.get(confirmed, 0.5)
+    assert after.get(confirmed).evidence[0].experiment == f"{run['run_id']}#{kept['trial']}"
+
+
+def test_a_change_that_did_not_fit_is_retried_with_checkpointing_that_enables_it(tmp_path):
+    class MemoryBound(TableExecutor):
+        def run(self, spec, trial_dir, timeout_s):
+            knobs = spec.get("knobs", {})
+            if spec["kind"] == "trial" and knobs.get("per_device_train_batch_size") == 2 \
+                    and not knobs.get("gradient_checkpointing"):
+                return {"state": "oom", "reason": "worst-case batch does not fit", "wall_s": 1.0}
+            return super().run(spec, trial_dir, timeout_s)
+
+    executor = MemoryBound({("per_device_train_batch_size", 2): 1.6, ("gradient_checkpointing", True): 0.9})
+    _, outcome = tune(tmp_path, executor, "one")
+    changes = [r["change"] for r in outcome.records]
+    assert "per_device_train_batch_size=2" in changes
+    combined = "gradient_checkpointing=True+per_device_train_batch_size=2"
+    assert combined in changes and changes.index(combined) > changes.index("per_device_train_batch_size=2")
+    trial = next(r for r in outcome.records if r["change"] == combined)
+    assert trial["decision"] == "keep" and "did not fit alone" in trial["hypothesis"]["rationale"]
+
+
+@pytest.mark.parametrize("words", [["fresh"]])
+def test_fresh_is_a_mode_word(words):
+    assert job_from_words("x", TINY_WORDS + words)[1] == ["smoke", "fresh"]
