@@ -103,6 +103,8 @@ class Memory:
         if hypothesis is None or outcome is None or hypothesis.reason.startswith("warm start"):
             return []
         experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
+        # Read the beliefs again: another tuner sharing this folder may have changed them since.
+        self.beliefs = Beliefs(self.store)
         observation = Observation(experiment=experiment,
                                   changes=tuple((k, getattr(incumbent, k), v) for k, v in hypothesis.changes),
                                   features=features, ratio=record["ratio"], outcome=outcome,

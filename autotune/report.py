@@ -139,6 +139,21 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def _belief_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Why each change was tried (the claims behind it), and what each outcome did to the beliefs."""
+    lines = ["", "## Why each change was tried, and what it taught", ""]
+    for r in records:
+        hypothesis = r.get("hypothesis")
+        if not hypothesis:
+            continue
+        lines.append(f"- trial {r['trial']} `{r['change']}`: P(helps) {hypothesis['p_helps']:.2f}, expected "
+                     f"x{hypothesis['expected_ratio']:.2f}; {hypothesis['rationale']}")
+        for event in r.get("beliefs") or []:
+            children = f" into {', '.join(event['children'])}" if event.get("children") and event["op"] == "split" else ""
+            lines.append(f"  - {event['op']} `{event['claim']}`{children}: {event['reason']}")
+    return lines if len(lines) > 3 else []
+
+
 def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
     baseline = outcome.baseline["samples_per_s"]
     best = outcome.best_speed
@@ -165,6 +180,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
             r["trial"], f"`{r['change']}`" if r["change"] else "baseline", r["state"], r["decision"],
             r["samples_per_s"], r.get("tokens_per_s"), _percent(last.get("mfu")), _percent(last.get("hfu")), ratio,
             peak / 2**20 if peak else None, r["reason"].replace("|", "/"))) + " |")
+    lines += _belief_lines(outcome.records)
     best_breakdown = (outcome.best_measurement or {}).get("breakdown")
     lines += ["", "## Where the time goes", "", _breakdown_line("baseline", outcome.frame.get("breakdown")),
               _breakdown_line("best", best_breakdown)]

@@ -48,7 +48,8 @@ def job_features(job: Any, frame: dict[str, Any] | None = None) -> dict[str, Any
         if model.get(name) is not None:
             features[name] = model[name]
     if model.get("model_type"):
-        features["model_family"] = model["model_type"]
+        # Conditions are words split on spaces: a family name must be one word.
+        features["model_family"] = re.sub(r"\s+", "_", str(model["model_type"]))
     if data.get("padding_share") is not None:
         features["padding_share"] = data["padding_share"]
     if data.get("p50_len"):

@@ -31,7 +31,7 @@ from ..knobs import CATALOG, Knobs, divisors, not_applicable
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     ("padding", ("padding_free", "longest")),
     ("per_device_train_batch_size", ()),  # neighbours of the incumbent's value
-    ("attn_implementation", ("sdpa", "flash_attention_2")),
+    ("attn_implementation", ("sdpa", "flash_attention_2", "eager")),
     ("precision", ("bf16", "tf32", "fp16")),
     ("group_by_length", (True, False)),
     ("optim", ("adamw_torch_fused", "adamw_torch")),
@@ -153,18 +153,27 @@ def _combine(claims: list[Claim], against: list[Claim] = ()) -> tuple[float, flo
     return p, ratio, uncertainty
 
 
+def _when(claim: Claim, features: dict[str, Any]) -> str:
+    """The claim's condition, with this job's value beside each numeric clause: why it matches."""
+    clauses = [f"{c} [{features.get(c.feature)}]" if isinstance(c.value, (int, float)) and not isinstance(c.value, bool)
+               else str(c) for c in claim.condition]
+    return "when " + ", ".join(clauses) if clauses else "always"
+
+
 def _why(claims: list[Claim], features: dict[str, Any], against: list[Claim] = ()) -> str:
     if not claims and not against:
         return "no claim speaks of this change for this job: tried to find out"
     parts = []
-    for claim in sorted(claims, key=_weight, reverse=True)[:3]:
-        when = " and ".join(f"{c} ({c.feature}={features.get(c.feature)})" for c in claim.condition) or "always"
-        parts.append(f"{claim.id} {claim.direction} x{claim.expected_ratio:.2f} "
-                     f"(confidence {claim.confidence:.2f}, {len(claim.evidence)} result(s)) when {when}")
+    for claim in sorted(claims, key=_weight, reverse=True):
+        parts.append(f"{claim.id} {claim.direction} x{claim.expected_ratio:.2f}, confidence {claim.confidence:.2f} "
+                     f"over {len(claim.evidence)} result(s), {_when(claim, features)}")
     for claim in against:
-        when = " and ".join(f"{c} ({c.feature}={features.get(c.feature)})" for c in claim.condition) or "always"
-        parts.append(f"{claim.id} says it needs {claim.change} with it (confidence {claim.confidence:.2f}) "
-                     f"when {when}")
+        if _enabling(claim):
+            parts.append(f"{claim.id}: needs {claim.change} with it (confidence {claim.confidence:.2f}), "
+                         f"{_when(claim, features)}")
+        else:
+            conflict = next(change for kind, change in claim.relations if kind == "conflicts")
+            parts.append(f"{claim.id}: {claim.change} conflicts with {conflict} (confidence {claim.confidence:.2f})")
     return "; ".join(parts)
 
 
@@ -192,7 +201,28 @@ def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features
     needs = [c for c in claims if _enabling(c) == f"{knob}={change_value(knob, start, value)}"
              and getattr(incumbent, c.knob) != c.value
              and c.matches(c.knob, c.value, getattr(incumbent, c.knob), features)]
-    return _scored(knob, value, matched, features, order, against=needs)
+    conflicting = [c for c in claims if c not in matched and c not in needs and _conflicts(c, knob, value, incumbent)]
+    return _scored(knob, value, matched, features, order, against=needs + conflicting)
+
+
+def _conflicts(claim: Claim, knob: str, value: Any, incumbent: Knobs) -> bool:
+    """Does the claim say this change and something in the incumbent do not combine?
+    Either the claim is about this change and the incumbent holds what it conflicts with, or this
+    change is what it conflicts with and the incumbent holds the claim's change."""
+    if not claim.active:
+        return False
+    for kind, change in claim.relations:
+        other_knob, _, other_text = change.partition("=")
+        if kind != "conflicts" or other_knob not in CATALOG:
+            continue
+        about_this = claim.knob == knob and claim.value == change_value(knob, getattr(incumbent, knob), value)
+        if about_this and str(getattr(incumbent, other_knob)) == other_text:
+            return True
+        claim_in_place = claim.knob not in ("per_device_train_batch_size", "dataloader_num_workers") \
+            and getattr(incumbent, claim.knob) == claim.value
+        if knob == other_knob and str(value) == other_text and claim_in_place:
+            return True
+    return False
 
 
 def _enabling(claim: Claim) -> str | None:

@@ -195,3 +195,12 @@ def test_a_deleted_claim_is_no_longer_used_by_rank():
         assert all("P13" not in h.claims and "P13" not in h.reason for h in ready)
     before = ranked(NAIVE, CUDA)
     assert "P13" in before[position(before, "attn_implementation=sdpa")].claims
+
+
+def test_a_change_that_conflicts_with_the_incumbent_is_ranked_lower_and_says_why():
+    compiled = Knobs(torch_compile=True)
+    plain = ranked(NAIVE, CUDA)
+    with_compile = ranked(compiled, CUDA)
+    longest = next(h for h in with_compile if h.change == "padding=longest")
+    assert "conflicts with" in longest.reason and "P28" in longest.claims
+    assert longest.p_helps < next(h for h in plain if h.change == "padding=longest").p_helps

@@ -1,0 +1,148 @@
+"""Find the knobs in a user's training script and its config files, without running or changing them.
+
+Config files are read as YAML (`yaml.safe_load`) or JSON, nested or flat; the script's own
+command-line defaults are read from its `argparse` calls in the source (never executed). Each key
+whose last name is a known alias becomes a `Setting`: where it lives (file and key path, or flag),
+its current value, and which knob it stands for. Sequence length and effective batch are found too
+and held fixed. Unrecognised keys are left alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import JobError
+
+# alias (lower case, '-' read as '_') -> role. Roles map to knobs in `script/apply.py`.
+ALIASES: dict[str, str] = {
+    **dict.fromkeys(("per_device_train_batch_size", "batch_size", "micro_batch_size", "train_batch_size",
+                     "train_micro_batch_size_per_gpu", "micro_batch", "per_device_batch_size"), "micro_batch"),
+    **dict.fromkeys(("gradient_accumulation_steps", "grad_accum", "accumulation_steps", "gradient_accumulation",
+                     "grad_accumulation_steps", "accum_steps"), "accumulation"),
+    **dict.fromkeys(("gradient_checkpointing", "activation_checkpointing", "grad_checkpointing",
+                     "checkpointing"), "gradient_checkpointing"),
+    "bf16": "bf16", "fp16": "fp16", "tf32": "tf32",
+    **dict.fromkeys(("precision", "mixed_precision", "dtype", "torch_dtype"), "precision"),
+    **dict.fromkeys(("torch_compile", "compile", "use_compile"), "torch_compile"),
+    **dict.fromkeys(("dataloader_num_workers", "num_workers", "workers"), "dataloader_num_workers"),
+    **dict.fromkeys(("dataloader_pin_memory", "pin_memory"), "dataloader_pin_memory"),
+    **dict.fromkeys(("attn_implementation", "attention_implementation", "attention"), "attn_implementation"),
+    **dict.fromkeys(("padding_free", "packing"), "padding_free"),
+    **dict.fromkeys(("padding", "pad_to"), "padding"),
+    "pad_to_max_length": "pad_to_max_length",
+    "group_by_length": "group_by_length",
+    **dict.fromkeys(("optim", "optimizer", "optimizer_name"), "optim"),
+    **dict.fromkeys(("max_len", "max_length", "max_seq_length", "max_seq_len", "seq_len", "seq_length",
+                     "block_size", "model_max_length", "sequence_length"), "max_len"),
+}
+LOOKED_FOR = sorted(ALIASES)
+
+
+@dataclass(frozen=True)
+class Setting:
+    role: str
+    value: Any
+    source: str                       # a config file's path as the user gave it, or "argv" for a flag
+    path: tuple[str, ...] = ()        # key path inside the file; for a flag, its option string
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}:{'.'.join(self.path)}" if self.source != "argv" else f"{self.path[0]} (command line)"
+
+
+@dataclass
+class Discovery:
+    settings: list[Setting] = field(default_factory=list)
+
+    def get(self, role: str) -> Setting | None:
+        # Config files win over the script's defaults: a value in a config is what the run uses.
+        found = [s for s in self.settings if s.role == role]
+        configs = [s for s in found if s.source != "argv"]
+        return (configs or found or [None])[0]
+
+    @property
+    def roles(self) -> set[str]:
+        return {s.role for s in self.settings}
+
+
+def _alias(key: str) -> str | None:
+    return ALIASES.get(key.strip().lower().replace("-", "_"))
+
+
+def _walk(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    if isinstance(data, dict):
+        found = []
+        for key, value in data.items():
+            found += _walk(value, prefix + (str(key),))
+        return found
+    return [(prefix, data)]
+
+
+def read_config(path: Path, label: str) -> list[Setting]:
+    """Settings in one YAML or JSON file (nested keys are found by their last name)."""
+    text = path.read_text()
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as error:  # yaml and json raise many types; one line says which file and why
+        raise JobError(f"script_configs: {label} is not valid {'JSON' if path.suffix == '.json' else 'YAML'} "
+                       f"({str(error).splitlines()[0]}); fix the file") from None
+    if not isinstance(data, dict):
+        raise JobError(f"script_configs: {label} holds no mapping of settings; expected key: value pairs")
+    settings = []
+    for key_path, value in _walk(data):
+        role = _alias(key_path[-1])
+        if role and (value is None or isinstance(value, (bool, int, float, str))):
+            settings.append(Setting(role, value, label, key_path))
+    return settings
+
+
+def _literal(node: ast.AST | None) -> Any:
+    try:
+        return ast.literal_eval(node) if node is not None else None
+    except ValueError:
+        return None
+
+
+def read_argparse(path: Path) -> list[Setting]:
+    """`add_argument('--flag', default=..., action=...)` calls in the script's source, as settings."""
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as error:
+        raise JobError(f"script={path}: not valid Python ({error.msg}, line {error.lineno})") from None
+    settings = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        flags = [_literal(a) for a in node.args if isinstance(_literal(a), str) and _literal(a).startswith("--")]
+        if not flags:
+            continue
+        keywords = {k.arg: k.value for k in node.keywords if k.arg}
+        action = _literal(keywords.get("action"))
+        default = _literal(keywords.get("default"))
+        if action == "store_true":
+            default = False if default is None else default
+        elif action == "store_false":
+            default = True if default is None else default
+        flag = flags[-1]
+        role = _alias(flag.lstrip("-"))
+        if role and (default is None or isinstance(default, (bool, int, float, str))):
+            settings.append(Setting(role, default, "argv", (flag, action or "value")))
+    return settings
+
+
+def discover(script: Path, configs: list[tuple[Path, str]]) -> Discovery:
+    found = Discovery()
+    for path, label in configs:
+        found.settings += read_config(path, label)
+    found.settings += read_argparse(script)
+    return found

@@ -1,0 +1,91 @@
+"""`autotune suggest`: advice from the beliefs alone, in the documented direction for memory-bound
+and roomy jobs, as a table or JSON, with one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from autotune.cli import main
+from autotune.suggest import estimate_headroom, model_shape
+
+COMMON = ["model=Qwen/Qwen2.5-1.5B", "precision=bf16", "attn_implementation=sdpa"]
+TIGHT = COMMON + ["gpu=4090", "max_len=4096"]          # 24 GB, long rows: memory is the constraint
+ROOMY = COMMON + ["gpu=H100", "max_len=512"]           # 80 GB, short rows: room for a larger micro-batch
+COMBINED = "gradient_checkpointing=True+per_device_train_batch_size=2"
+
+
+def advice(capsys, words):
+    assert main(["suggest", *words, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def changes(result):
+    return [h["change"] for h in result["hypotheses"]]
+
+
+def test_a_24gb_card_at_4096_ranks_checkpointing_for_a_larger_micro_batch_above_a_plain_increase(capsys):
+    tight = advice(capsys, TIGHT)
+    assert tight["features"]["gpu_mem_gb"] == 24 and tight["features"]["headroom"] < 0.3
+    order = changes(tight)
+    assert COMBINED in order
+    assert order.index(COMBINED) < order.index("per_device_train_batch_size=2")
+    combined = tight["hypotheses"][order.index(COMBINED)]
+    assert "P26" in combined["claims"] and combined["sources"]
+
+
+def test_an_80gb_card_at_512_ranks_a_larger_micro_batch_high_and_checkpointing_last(capsys):
+    roomy = advice(capsys, ROOMY)
+    assert roomy["features"]["gpu_mem_gb"] == 80 and roomy["features"]["headroom"] >= 0.5
+    order = changes(roomy)
+    assert order.index("per_device_train_batch_size=2") < 3
+    assert COMBINED not in order
+    assert order.index("gradient_checkpointing=True") > order.index("per_device_train_batch_size=2")
+    micro = roomy["hypotheses"][order.index("per_device_train_batch_size=2")]
+    assert micro["p_helps"] > 0.5 and micro["expected_ratio"] > 1.1 and "P01" in micro["rationale"]
+
+
+def test_the_table_names_claims_sources_and_what_is_unknown(capsys):
+    assert main(["suggest", *TIGHT]) == 0
+    out = capsys.readouterr().out
+    assert "P26" in out and "padding_share unknown" in out and "estimate" in out
+
+
+def test_known_features_change_the_advice(capsys):
+    without = changes(advice(capsys, ROOMY))
+    with_padding = changes(advice(capsys, ROOMY + ["padding_share=0.6"]))
+    assert with_padding[0] == "padding=padding_free" != without[0]
+
+
+@pytest.mark.parametrize("words, needle", [
+    (["max_len=512"], "missing required key 'model'"),
+    (["model=7B"], "missing required key 'max_len'"),
+    (["model=7B", "max_len=512", "colour=red"], "unknown key 'colour'"),
+    (["model=some/model", "max_len=512"], "cannot tell its size"),
+    (["model=7B", "max_len=lots"], "max_len='lots'"),
+    (["model=7B", "max_len=512", "gpu_mem=lots"], "gpu_mem='lots'"),
+    (["model=7B", "max_len=512", "padding_share=2"], "padding_share='2'"),
+    (["model=7B", "max_len=512", "effective_batch=6", "per_device_train_batch_size=4"], "does not divide"),
+])
+def test_bad_input_gets_one_line_and_exit_2(capsys, words, needle):
+    assert main(["suggest", *words]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_model_size_is_read_from_a_name_or_a_preset():
+    assert model_shape("Qwen/Qwen2.5-7B")["params"] == 7e9
+    assert model_shape("500M")["params"] == 5e8
+    assert model_shape("tiny-qwen2")["params"] < 1e6
+
+
+def test_headroom_estimate_shrinks_with_rows_and_grows_with_the_card():
+    shape = model_shape("1.5B")
+    from autotune.knobs import Knobs
+
+    knobs = Knobs(precision="bf16", attn_implementation="sdpa")
+    assert estimate_headroom(shape, 4096, 24, "lora", knobs) < estimate_headroom(shape, 512, 24, "lora", knobs)
+    assert estimate_headroom(shape, 4096, 24, "lora", knobs) < estimate_headroom(shape, 4096, 80, "lora", knobs)
+    checkpointed = Knobs(precision="bf16", attn_implementation="sdpa", gradient_checkpointing=True)
+    assert estimate_headroom(shape, 4096, 24, "lora", checkpointed) > estimate_headroom(shape, 4096, 24, "lora", knobs)
