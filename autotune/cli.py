@@ -73,9 +73,12 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
     finally:
         display.close()
     write_results_tsv(tuner.folder, outcome.records)
-    config = write_best_config(tuner.folder, job, outcome.best.knobs)
+    config = write_best_config(tuner.folder, job, outcome.best.knobs, tuner.script)
     write_report(tuner.folder, job, outcome, config)
     display.final_table(outcome, str(tuner.folder.path))
+    for label, edits in config.get("config_edits", {}).items():
+        settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
+        display.console.print(f"set in {label}: {settings}", highlight=False, soft_wrap=True)
     display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
     return 0
 

@@ -33,6 +33,9 @@ JOB_KEYS = {
     "seed": "a whole number, for example seed=0",
     "mem_limit": "memory a config may use, like 20GB, 512MiB or 1.5GiB (default: the device's)",
     "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
+    "script": "your training script (a .py file), run as it is; its knobs are read from its configs and flags",
+    "script_configs": "the config files your script reads, comma-separated, for example script_configs=train.yaml",
+    "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
 }
 REQUIRED = ("model", "dataset", "max_len", "effective_batch")
 # What `smoke` fills in when a key is missing: the embedded default job.
@@ -64,6 +67,9 @@ class Job:
     seed: int = 0
     mem_limit: int | None = None
     mem_margin: float = 0.1
+    script: str = ""
+    script_configs: tuple[str, ...] = ()
+    script_args: str = ""
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
 
@@ -93,6 +99,7 @@ class Job:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["start"] = self.start.to_dict()
+        data["script_configs"] = list(self.script_configs)
         data["schema_version"] = 1
         return data
 
@@ -100,6 +107,7 @@ class Job:
     def from_dict(cls, data: dict[str, Any]) -> "Job":
         values = {k: v for k, v in data.items() if k != "schema_version"}
         values["start"] = Knobs.from_dict(values.get("start", {}))
+        values["script_configs"] = tuple(values.get("script_configs", ()))
         return cls(**values)
 
 
@@ -195,6 +203,10 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
     """The job and the mode words (smoke, resume, review) of `autotune tune RUN key=value ...`."""
     pairs, modes = parse_words(words)
     smoke = "smoke" in modes
+    if "script" in pairs:
+        return _script_job(run, pairs, smoke), modes
+    if any(key in pairs for key in ("script_configs", "script_args")):
+        raise JobError("script_configs and script_args go with script=PATH; add script=your_training_script.py")
     if smoke:
         pairs = {**SMOKE_DEFAULTS, **pairs}
     for key in REQUIRED:
@@ -202,10 +214,6 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
             raise JobError(f"missing required key '{key}': expected {key}=<{JOB_KEYS[key]}> (or add 'smoke' for the built-in demo job)")
     check_model(pairs["model"])
     check_dataset(pairs["dataset"])
-    host = pairs.get("host", "local")
-    port = host.rpartition(":")[2] if ":" in host else "22"
-    if host != "local" and (not _HOST.match(host) or not 0 < int(port) < 65536):
-        raise JobError(f"host={host!r}: expected {JOB_KEYS['host']}")
     effective_batch = _whole("effective_batch", pairs["effective_batch"], 1)
     start = dict(NAIVE_START)
     for key, text in pairs.items():
@@ -219,26 +227,66 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
         if "per_device_train_batch_size" in pairs and start["per_device_train_batch_size"] != micro:
             raise JobError("per_device_train_batch_size x gradient_accumulation_steps must equal effective_batch; give one of them")
         start["per_device_train_batch_size"] = micro
-    job = Job(
-        run=run,
-        model=pairs["model"],
-        dataset=pairs["dataset"],
-        max_len=_whole("max_len", pairs["max_len"], 8),
-        effective_batch=effective_batch,
-        method=pairs.get("method", "sft"),
-        host=host,
-        gpu=pairs.get("gpu", ""),
+    job = Job(**_common(run, pairs, smoke), model=pairs["model"], dataset=pairs["dataset"],
+              max_len=_whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
+              method=pairs.get("method", "sft"),
+              weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
+              start=Knobs(**start))
+    return job, modes
+
+
+def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
+    """The keys every job takes, whatever it trains."""
+    host = pairs.get("host", "local")
+    port = host.rpartition(":")[2] if ":" in host else "22"
+    if host != "local" and (not _HOST.match(host) or not 0 < int(port) < 65536):
+        raise JobError(f"host={host!r}: expected {JOB_KEYS['host']}")
+    return dict(
+        run=run, host=host, gpu=pairs.get("gpu", ""),
         max_trials=_whole("max_trials", pairs["max_trials"], 1) if "max_trials" in pairs else None,
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
-        kb=pairs.get("kb", ""),
-        weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
-        seed=_whole("seed", pairs.get("seed", "0"), 0),
+        kb=pairs.get("kb", ""), seed=_whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
-        mem_margin=parse_share(pairs.get("mem_margin", "0.1")),
-        smoke=smoke,
-        start=Knobs(**start),
-    )
-    return job, modes
+        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke)
+
+
+def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
+    """A job that runs the user's script: knobs, length and batch come from its configs and flags."""
+    import shlex
+
+    from .script import ScriptAdapter, discover
+
+    script = Path(pairs["script"]).expanduser()
+    if script.suffix != ".py" or not script.is_file():
+        raise JobError(f"script={pairs['script']!r}: no such Python file; expected {JOB_KEYS['script']}")
+    labels = tuple(p.strip() for p in pairs.get("script_configs", "").split(",") if p.strip())
+    for label in labels:
+        if not Path(label).expanduser().is_file():
+            raise JobError(f"script_configs: no such file {label!r}; expected {JOB_KEYS['script_configs']}")
+        if Path(label).suffix.lower() not in (".yaml", ".yml", ".json"):
+            raise JobError(f"script_configs: {label!r} is not a .yaml, .yml or .json file")
+    for key in ("model", "dataset", "method", "weights"):
+        if key in pairs:
+            raise JobError(f"{key}= does not apply with script=: your script chooses its {key}; drop {key}=")
+    try:
+        args = shlex.split(pairs.get("script_args", ""))
+    except ValueError as error:
+        raise JobError(f"script_args: {error}; quote the arguments as one shell word") from None
+    adapter = ScriptAdapter.build(discover(script, [(Path(label).expanduser(), label) for label in labels]),
+                                  _whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
+                                  _whole("effective_batch", pairs["effective_batch"], 1)
+                                  if "effective_batch" in pairs else None)
+    if adapter.max_len is None:
+        raise JobError("no sequence length found in the script or its configs (looked for max_len, max_length, "
+                       "max_seq_length, seq_len, block_size); give max_len= to record it")
+    for key in pairs:
+        if key in CATALOG or key == "gradient_accumulation_steps":
+            raise JobError(f"{key}= with script=: the starting config is what your script's files say; "
+                           "change it there")
+    return Job(**_common(run, pairs, smoke), model=f"script:{script.name}", dataset="(the script's)",
+               max_len=adapter.max_len, effective_batch=adapter.effective_batch, method="sft", weights="random",
+               script=str(script.resolve()), script_configs=labels, script_args=" ".join(shlex.quote(a) for a in args),
+               start=adapter.start)
 
 
 def _whole_knob(key: str, text: str) -> int:

@@ -89,13 +89,22 @@ def caveats(knobs: Knobs) -> list[str]:
     return notes
 
 
-def best_config(job: Job, knobs: Knobs) -> dict[str, Any]:
+def best_config(job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
+    if script is not None:
+        # The user's own files say the config: which keys to set, and the command with its flags.
+        import shlex
+
+        edits, flags = script.edits(knobs)
+        words = ["python", job.script, *shlex.split(job.script_args), *flags]
+        return {"schema_version": 1, "knobs": knobs.to_dict(), "config_edits": {
+            label: {".".join(path): value for path, value in changes} for label, changes in edits.items()},
+            "command": " ".join(shlex.quote(w) for w in words), "caveats": []}
     return {"schema_version": 1, "knobs": knobs.to_dict(), **trainer_kwargs(job, knobs),
             "command": trl_command(job, knobs), "caveats": caveats(knobs)}
 
 
-def write_best_config(folder: RunFolder, job: Job, knobs: Knobs) -> dict[str, Any]:
-    config = best_config(job, knobs)
+def write_best_config(folder: RunFolder, job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
+    config = best_config(job, knobs, script)
     write_json_atomic(folder.best, config)
     return config
 
@@ -121,13 +130,21 @@ def _frame_lines(frame: dict[str, Any]) -> list[str]:
         f"copy {bandwidth:.1f} GB/s (read + write){' (cached peaks)' if peaks.get('cached') else ''}",
         f"- software: torch {device.get('torch')}, transformers {device.get('transformers')}, "
         f"python {device.get('python')}",
-        f"- model: {model['source']}: {model['model_type']}, {model['params']:,} parameters "
-        f"({model['trainable_params']:,} trainable), {model['layers']} layers, hidden {model['hidden']}, "
-        f"vocab {model['vocab']}",
-        f"- data: {data['dataset']}: median {data['p50_len']} tokens (p10 {data['p10_len']}, p90 {data['p90_len']}, "
-        f"max {data['max_seen_len']}); padding share at max_len {data['padding_share']:.0%}; "
-        f"{data['truncated_share']:.0%} of rows truncated",
     ]
+    if "source" in model:
+        lines += [
+            f"- model: {model['source']}: {model['model_type']}, {model['params']:,} parameters "
+            f"({model['trainable_params']:,} trainable), {model['layers']} layers, hidden {model['hidden']}, "
+            f"vocab {model['vocab']}",
+            f"- data: {data['dataset']}: median {data['p50_len']} tokens (p10 {data['p10_len']}, p90 {data['p90_len']}, "
+            f"max {data['max_seen_len']}); padding share at max_len {data['padding_share']:.0%}; "
+            f"{data['truncated_share']:.0%} of rows truncated"]
+    elif model:  # a user's script: what its baseline's hooks saw
+        share = data.get("padding_share")
+        lines += [f"- model (seen by the hooks): {model.get('model_type')}, {model.get('params', 0):,} parameters "
+                  f"({model.get('trainable_params', 0):,} trainable)",
+                  f"- data (seen by the hooks): padding is {share:.0%} of the tokens the model ran"
+                  if share is not None else "- data: the hooks saw no padding mask"]
     if ceiling:
         lines.append(f"- memory ceiling of the baseline: worst-case batch peaks at {ceiling['bytes'] / 2**30:.2f} GiB "
                      f"of a {ceiling['limit_bytes'] / 2**30:.2f} GiB limit ({ceiling['kind']})")
@@ -162,6 +179,10 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
              f"effective_batch {job.effective_batch}, method {job.method}, host {job.host}"
              + (", smoke (CPU dry run)" if job.smoke else "") + ".", "", "## Frame", ""]
     lines += _frame_lines(outcome.frame)
+    if outcome.frame.get("script"):
+        lines += ["", "## Your script", "", f"`{job.script}` with {', '.join(job.script_configs) or 'no config file'}; "
+                  "found (file:key or flag = value -> what it sets):", ""]
+        lines += [f"- {line}" for line in outcome.frame["script"]]
     lines += ["", "## Result", "",
               f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.2%})",
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}), **x{outcome.speedup:.2f}** the baseline "
@@ -187,10 +208,16 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
     if outcome.skipped:
         lines += ["", "## Not tried on this device or install", ""]
         lines += [f"- `{change}`: {why}" for change, why in outcome.skipped]
-    lines += ["", "## Best config", "", "TrainingArguments / SFTConfig keyword arguments:", "", "```python",
-              f"TrainingArguments(**{config['training_arguments']})",
-              f"SFTConfig(**{{**{config['training_arguments']}, **{config['sft_config']}}})",
-              f"AutoModelForCausalLM.from_pretrained(model, **{config['from_pretrained']})", "```", "",
-              "Ready to run:", "", "```bash", config["command"], "```"]
+    if "config_edits" in config:
+        lines += ["", "## Best config", "", "Set in your files (nothing was changed there):", ""]
+        lines += [f"- `{label}`: " + ", ".join(f"`{key}: {value}`" for key, value in edits.items())
+                  for label, edits in config["config_edits"].items()] or ["- no file edit"]
+        lines += ["", "Ready to run:", "", "```bash", config["command"], "```"]
+    else:
+        lines += ["", "## Best config", "", "TrainingArguments / SFTConfig keyword arguments:", "", "```python",
+                  f"TrainingArguments(**{config['training_arguments']})",
+                  f"SFTConfig(**{{**{config['training_arguments']}, **{config['sft_config']}}})",
+                  f"AutoModelForCausalLM.from_pretrained(model, **{config['from_pretrained']})", "```", "",
+                  "Ready to run:", "", "```bash", config["command"], "```"]
     lines += [f"\nNote: {note}" for note in config["caveats"]]
     folder.report.write_text("\n".join(lines) + "\n")

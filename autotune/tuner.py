@@ -7,6 +7,8 @@ its worst-case batch fits the device.
 
 from __future__ import annotations
 
+import os
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,9 +118,19 @@ class Tuner:
         self.memory = Memory(job, fresh)
         # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
         self.blocked: dict[tuple, set[str]] = {}
+        self.script = None
+        if job.script:
+            from .script import ScriptAdapter, discover
+
+            # Config paths are as the user gave them, relative to where autotune was started.
+            self.cwd = Path.cwd()
+            configs = [(self.cwd / label, label) for label in job.script_configs]
+            self.script = ScriptAdapter.build(discover(Path(job.script), configs), job.max_len, job.effective_batch)
 
     # -- running one measurement -------------------------------------------------------------
     def _spec(self, kind: str, knobs: Knobs, trial: int, ceiling: bool = False) -> dict[str, Any]:
+        if self.script is not None:
+            return self._script_spec(kind, knobs, trial)
         return {
             "schema_version": 1, "kind": kind, "runner": "hf", "job": self.job.to_dict(), "knobs": knobs.to_dict(),
             "rows_path": str(self.folder.rows.resolve()),
@@ -127,6 +139,21 @@ class Tuner:
             "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max,
             "ceiling": ceiling, "inject_fault": self.inject.get(trial) if kind == "trial" else None,
             "peaks": self.peaks, "profile_steps": PROFILE_STEPS,
+        }
+
+    def _script_spec(self, kind: str, knobs: Knobs, trial: int) -> dict[str, Any]:
+        """A trial of the user's script: copies of its configs edited to say `knobs`, or its own flags."""
+        edits, flags = self.script.edits(knobs)
+        return {
+            "schema_version": 1, "kind": kind, "runner": "script", "job": self.job.to_dict(), "knobs": knobs.to_dict(),
+            "script": {"path": self.job.script, "cwd": str(self.cwd),
+                       "configs": [{"label": label, "path": str((self.cwd / label).resolve())}
+                                   for label in self.job.script_configs],
+                       "edits": edits, "args": shlex.split(self.job.script_args),
+                       "exclude": [str(self.folder.path.parent.resolve())], "listing": self.script.listing()},
+            "flags": flags, "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max,
+            "ceiling": False, "inject_fault": self.inject.get(trial) if kind == "trial" else None,
+            "peaks": self.peaks, "profile_steps": 0,
         }
 
     def _timeout(self) -> tuple[float, bool]:
@@ -144,8 +171,11 @@ class Tuner:
         if self.display:
             self.display.running(trial, label)
         timeout, by_budget = self._timeout()
-        result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
-                                   self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}"), timeout)
+        trial_dir = self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}")
+        spec = self._spec("trial", knobs, trial, ceiling)
+        if self.script is not None:
+            spec["workdir"] = str(trial_dir.resolve() / "work")
+        result = self.executor.run(spec, trial_dir, timeout)
         if result["state"] == "invalid" and result.get("remeasure"):
             # The GPU slowed itself (thermal, power brake): that window measured the cooling. Once more.
             result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
@@ -238,6 +268,10 @@ class Tuner:
         baseline_speed = incumbent.speed
         # The frame is complete once the baseline has shown its ceiling and where its time goes.
         frame = {**frame, "ceiling": base_measurement.get("ceiling"), "breakdown": base_measurement.get("breakdown")}
+        if self.script is not None:
+            # A script's model and data are seen only when it runs: the baseline's hooks read them.
+            frame.update(model=base_measurement.get("model") or {}, data=base_measurement.get("data") or {})
+            self.memory.start(frame)
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         trial, stop_reason, skipped = 0, "every applicable change was tried", []
         while True:
@@ -247,6 +281,8 @@ class Tuner:
             warm = self.memory.warm_start(incumbent.knobs, self.measured) if trial == 0 else None
             if warm is not None:
                 hypotheses.insert(0, warm)
+            if self.script is not None:
+                hypotheses, skipped = self._expressible(hypotheses, skipped)
             stop = self._budget_left(trial)
             if stop or not hypotheses:
                 stop_reason = stop or stop_reason
@@ -261,6 +297,18 @@ class Tuner:
                           stop_reason=stop_reason, wall_s=time.monotonic() - self.started, folder=self.folder.path,
                           best_measurement=best_record["measurements"][-1])
         return outcome
+
+    def _expressible(self, hypotheses: list[Hypothesis],
+                     skipped: list[tuple[str, str]]) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
+        """Only changes the user's script has a setting for."""
+        kept = []
+        for hypothesis in hypotheses:
+            why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v))), None)
+            if why:
+                skipped.append((hypothesis.change, why))
+            else:
+                kept.append(hypothesis)
+        return kept, skipped
 
     def _try(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, base: dict[str, Any],
              floor: float) -> Incumbent:
@@ -289,8 +337,13 @@ class Tuner:
         if first["state"] != "complete":
             return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
-        parity_result = parity.compare(base["parity_losses"], measurement["parity_losses"],
-                                       parity.tolerance(self.job.start.precision, knobs.precision))
+        if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
+            parity_result = {"ok": True, "checked": False, "worst": None, "tolerance": None,
+                             "reason": "parity not checked: the script's model is not called with labels, so its "
+                                       "per-row losses are out of reach"}
+        else:
+            parity_result = parity.compare(base["parity_losses"], measurement["parity_losses"],
+                                           parity.tolerance(self.job.start.precision, knobs.precision))
         if not parity_result["ok"]:
             return finish("discard", parity_result["reason"])
         rows = self.job.effective_batch

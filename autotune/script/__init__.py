@@ -1,0 +1,6 @@
+"""Bring your own script: find its knobs (discover) and turn a config into edits of copies (adapter)."""
+
+from .adapter import ScriptAdapter
+from .discover import LOOKED_FOR, Discovery, Setting, discover
+
+__all__ = ["LOOKED_FOR", "Discovery", "ScriptAdapter", "Setting", "discover"]

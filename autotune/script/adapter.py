@@ -1,0 +1,210 @@
+"""From discovered settings to knobs and back: the starting config, what can be tried, and the edits
+that make a trial's copies of the user's configs (or its command line) say a given config.
+
+Only knobs the script has a setting for are tried. The micro-batch moves only with an accumulation
+setting beside it, so that micro x accumulation (the effective batch) stays what the user set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import JobError
+from ..knobs import ATTENTION, NAIVE_START, OPTIMIZERS, Knobs
+from .discover import LOOKED_FOR, Discovery, Setting
+
+# Roles whose value is the knob's own value.
+DIRECT = ("gradient_checkpointing", "torch_compile", "dataloader_num_workers", "dataloader_pin_memory",
+          "attn_implementation", "group_by_length", "optim")
+_BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+# How a precision string names each precision, by style (recognised from the current value).
+_PRECISION_STYLES = (
+    {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32"},
+    {"fp32": "no", "bf16": "bf16", "fp16": "fp16"},                                  # accelerate
+    {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"},                      # torch dtype names
+    {"fp32": "32", "bf16": "bf16-mixed", "fp16": "16-mixed", "tf32": "32"},          # Lightning
+)
+
+
+def _as_bool(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, str)) and str(value).lower() in _BOOL_WORDS:
+        return _BOOL_WORDS[str(value).lower()]
+    return None
+
+
+def _like(original: Any, value: Any) -> Any:
+    """`value` written the way the original was (a YAML string "true" stays a string)."""
+    if isinstance(original, str) and isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(original, str) and isinstance(value, int):
+        return str(value)
+    return value
+
+
+@dataclass
+class ScriptAdapter:
+    discovery: Discovery
+    start: Knobs = field(default_factory=Knobs)
+    tryable: dict[str, tuple] = field(default_factory=dict)   # knob -> values the script can express
+    max_len: int | None = None
+    effective_batch: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, discovery: Discovery, max_len: int | None = None,
+              effective_batch: int | None = None) -> "ScriptAdapter":
+        adapter = cls(discovery)
+        adapter._read(max_len, effective_batch)
+        return adapter
+
+    # -- reading the user's settings ---------------------------------------------------------------
+    def _read(self, max_len: int | None, effective_batch: int | None) -> None:
+        get = self.discovery.get
+        start = dict(NAIVE_START)
+        micro, accumulation = get("micro_batch"), get("accumulation")
+        if micro is None or not isinstance(micro.value, int) or micro.value < 1:
+            raise JobError("no micro-batch size found in the script or its configs (looked for keys such as "
+                           "per_device_train_batch_size, batch_size, micro_batch_size); give effective_batch and "
+                           "a config that sets it")
+        steps = accumulation.value if accumulation and isinstance(accumulation.value, int) else 1
+        found_batch = micro.value * steps
+        if effective_batch is not None and effective_batch != found_batch:
+            raise JobError(f"effective_batch={effective_batch}, but the script's settings give {micro.value} x "
+                           f"{steps} = {found_batch} rows per optimizer step; drop effective_batch= or fix the config")
+        self.effective_batch = found_batch
+        start["per_device_train_batch_size"] = micro.value
+        if accumulation is not None:
+            self.tryable["per_device_train_batch_size"] = ()
+        else:
+            self.notes.append("no gradient-accumulation setting: the micro-batch stays as it is (changing it "
+                              "would change the effective batch)")
+        length = get("max_len")
+        self.max_len = max_len or (length.value if length and isinstance(length.value, int) else None)
+        for role in DIRECT:
+            setting = get(role)
+            if setting is None:
+                continue
+            value = self._direct_value(role, setting)
+            if value is not None:
+                start[role] = value
+                self.tryable[role] = ()
+        precision = self._precision()
+        if precision:
+            start["precision"] = precision
+            self.tryable["precision"] = ()
+        padding, values = self._padding()
+        if padding:
+            start["padding"] = padding
+            self.tryable["padding"] = values
+        if len(self.tryable) == 0:
+            raise JobError("no knob recognised in the script or its configs; looked for: " + ", ".join(LOOKED_FOR))
+        self.start = Knobs(**start)
+
+    def _direct_value(self, role: str, setting: Setting) -> Any:
+        if role in ("gradient_checkpointing", "torch_compile", "dataloader_pin_memory", "group_by_length"):
+            return _as_bool(setting.value)
+        if role == "dataloader_num_workers":
+            return int(setting.value) if str(setting.value).isdigit() else None
+        if role == "attn_implementation":
+            return setting.value if setting.value in ATTENTION else None
+        if role == "optim":
+            return setting.value if setting.value in OPTIMIZERS else None
+        return None
+
+    def _precision(self) -> str | None:
+        text = self.discovery.get("precision")
+        if text is not None and isinstance(text.value, str):
+            for style in _PRECISION_STYLES:
+                for name, word in style.items():
+                    if word == text.value.lower():
+                        return name
+        flags = {role: _as_bool(s.value) for role in ("bf16", "fp16", "tf32") if (s := self.discovery.get(role))}
+        if not flags:
+            return None
+        if flags.get("bf16"):
+            return "bf16"
+        if flags.get("fp16"):
+            return "fp16"
+        return "tf32" if flags.get("tf32") else "fp32"
+
+    def _padding(self) -> tuple[str | None, tuple]:
+        free, mode, to_max = (self.discovery.get(r) for r in ("padding_free", "padding", "pad_to_max_length"))
+        base = None
+        if mode is not None and mode.value in ("max_length", "longest"):
+            base = mode.value
+        elif to_max is not None and _as_bool(to_max.value) is not None:
+            base = "max_length" if _as_bool(to_max.value) else "longest"
+        if base is None and free is None:
+            return None, ()
+        # Without a padding setting, "longest" names whatever the script does when not packing.
+        values: tuple = ("max_length", "longest") if base else ("longest",)
+        if free is not None:
+            values += ("padding_free",)
+        return ("padding_free" if free is not None and _as_bool(free.value) else base or "longest"), values
+
+    # -- what can be tried ---------------------------------------------------------------------------
+    def why_not(self, knob: str, value: Any) -> str | None:
+        if knob not in self.tryable:
+            return f"the script has no setting for {knob}"
+        allowed = self.tryable[knob]
+        if allowed and value not in allowed:
+            return f"the script's settings cannot say {knob}={value}"
+        if knob == "precision" and value == "tf32" and not (self.discovery.get("tf32") or self._precision_style_has("tf32")):
+            return "the script has no tf32 setting"
+        return None
+
+    def _precision_style_has(self, name: str) -> bool:
+        text = self.discovery.get("precision")
+        return bool(text and isinstance(text.value, str)
+                    and any(name in style and text.value.lower() in style.values() for style in _PRECISION_STYLES))
+
+    # -- writing a config ----------------------------------------------------------------------------
+    def edits(self, knobs: Knobs) -> tuple[dict[str, list[tuple[list[str], Any]]], list[str]]:
+        """Per config file (as the user named it), the (key path, value) edits; and the extra flags."""
+        files: dict[str, list[tuple[list[str], Any]]] = {}
+        flags: list[str] = []
+
+        def put(setting: Setting | None, value: Any) -> None:
+            if setting is None or setting.value == _like(setting.value, value):
+                return
+            if setting.source == "argv":
+                flag, action = setting.path
+                if action == "store_true":
+                    flags.extend([flag] if value else [])
+                elif action == "store_false":
+                    flags.extend([] if value else [flag])
+                else:
+                    flags.extend([flag, str(value).lower() if isinstance(value, bool) else str(value)])
+            else:
+                files.setdefault(setting.source, []).append((list(setting.path), _like(setting.value, value)))
+
+        get = self.discovery.get
+        if "per_device_train_batch_size" in self.tryable:
+            put(get("micro_batch"), knobs.per_device_train_batch_size)
+            put(get("accumulation"), self.effective_batch // knobs.per_device_train_batch_size)
+        for role in DIRECT:
+            if role in self.tryable:
+                put(get(role), getattr(knobs, role))
+        if "precision" in self.tryable:
+            text = get("precision")
+            if text is not None and isinstance(text.value, str):
+                style = next(s for s in _PRECISION_STYLES if text.value.lower() in s.values())
+                put(text, style.get(knobs.precision, style["fp32"]))
+            for role in ("bf16", "fp16", "tf32"):
+                put(get(role), knobs.precision == role)
+        if "padding" in self.tryable:
+            put(get("padding_free"), knobs.padding == "padding_free")
+            if knobs.padding != "padding_free":
+                put(get("padding"), knobs.padding)
+                put(get("pad_to_max_length"), knobs.padding == "max_length")
+        return files, flags
+
+    def listing(self) -> list[str]:
+        """What was found and what will be tried, for the frame and `review`."""
+        lines = [f"{s.where} = {s.value!r} -> {s.role}" for s in self.discovery.settings]
+        lines.append(f"effective batch {self.effective_batch} (held), max_len {self.max_len or 'unknown'} (held)")
+        lines.append("knobs to try: " + ", ".join(sorted(self.tryable)))
+        return lines + [f"note: {n}" for n in self.notes]

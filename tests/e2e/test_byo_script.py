@@ -1,0 +1,100 @@
+"""Bring your own script, end to end: the shipped examples tuned through the CLI from a copy of the
+project folder, every user file hashed before and after; a crashing script and a bad path."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo_script"
+
+
+def autotune(cwd: Path, *words: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune.cli", "tune", *words], cwd=cwd, capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def records(cwd: Path, run: str) -> list[dict]:
+    return [json.loads(line) for line in (cwd / "runs" / run / "experiments.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("run, words", [
+    ("trainer", ["script=examples/byo_script/trainer_yaml.py", "script_configs=examples/byo_script/train.yaml"]),
+    ("loop", ["script=examples/byo_script/plain_loop.py"]),
+])
+def test_an_example_script_is_tuned_without_touching_its_files(tmp_path, run, words):
+    shutil.copytree(EXAMPLES, tmp_path / "examples" / "byo_script")
+    before = hashes(tmp_path / "examples")
+    done = autotune(tmp_path, run, *words, "smoke", "max_trials=3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert hashes(tmp_path / "examples") == before          # not one byte of the user's files changed
+    trials = records(tmp_path, run)
+    kept = [t for t in trials if t["decision"] == "keep"]
+    speedup = 1.0
+    for trial in kept:
+        speedup *= trial["ratio"]
+    assert speedup >= 1.3, [(t["change"], t["decision"], t["ratio"]) for t in trials]
+    assert all(t["parity"]["ok"] and t["parity"].get("checked", True) for t in kept)
+    best = json.loads((tmp_path / "runs" / run / "best_config.json").read_text())
+    assert best["command"].startswith("python ") and best["knobs"] == kept[-1]["knobs"]
+    report = (tmp_path / "runs" / run / "report.md").read_text()
+    assert "## Your script" in report and "-> micro_batch" in report
+
+
+CRASHING = textwrap.dedent('''
+    import argparse
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, default=1)
+    parser.add_argument("--grad_accum", type=int, default=4)
+    parser.add_argument("--max_len", type=int, default=32)
+    args = parser.parse_args()
+    if args.batch_size > 1:
+        raise RuntimeError("this script breaks with a larger batch")
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("qwen2", vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                  num_attention_heads=2, num_key_value_heads=1, use_cache=False)
+    model = AutoModelForCausalLM.from_config(config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for step in range(100):
+        for _ in range(args.grad_accum):
+            ids = torch.randint(1, 64, (args.batch_size, args.max_len))
+            (model(input_ids=ids, labels=ids).loss / args.grad_accum).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+''')
+
+
+def test_a_crashing_script_gives_a_crash_trial_with_its_stderr(tmp_path):
+    (tmp_path / "crashy.py").write_text(CRASHING)
+    done = autotune(tmp_path, "crashy", "script=crashy.py", "smoke", "max_trials=2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    crashed = [t for t in records(tmp_path, "crashy") if t["state"] == "crash"]
+    assert crashed and crashed[0]["change"].startswith("per_device_train_batch_size=")
+    assert "this script breaks with a larger batch" in crashed[0]["reason"] + (crashed[0]["stderr_tail"] or "")
+
+
+@pytest.mark.parametrize("words, needle", [
+    (["script=missing.py"], "no such Python file"),
+    (["script=crashy.py", "script_configs=nope.yaml"], "no such file 'nope.yaml'"),
+])
+def test_a_missing_script_or_config_is_one_line_and_exit_2(tmp_path, words, needle):
+    (tmp_path / "crashy.py").write_text(CRASHING)
+    done = autotune(tmp_path, "bad", *words, "smoke")
+    assert done.returncode == 2 and needle in done.stderr and len(done.stderr.strip().splitlines()) == 1

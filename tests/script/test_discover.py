@@ -1,0 +1,125 @@
+"""Knob discovery on a table of config shapes, and what happens when nothing is recognised."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autotune.errors import JobError
+from autotune.script import LOOKED_FOR, ScriptAdapter, discover
+
+SCRIPT = "import argparse\n"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def adapter_for(tmp_path: Path, script_text: str = SCRIPT, configs: dict[str, str] | None = None) -> ScriptAdapter:
+    script = write(tmp_path, "train.py", script_text)
+    paths = [(write(tmp_path, name, text), name) for name, text in (configs or {}).items()]
+    return ScriptAdapter.build(discover(script, paths))
+
+
+FLAT_YAML = """
+per_device_train_batch_size: 2
+gradient_accumulation_steps: 4
+gradient_checkpointing: true
+bf16: false
+max_seq_length: 1024
+dataloader_num_workers: 0
+"""
+NESTED_YAML = """
+model:
+  attn_implementation: sdpa
+trainer:
+  micro_batch_size: 4
+  accumulation_steps: 2
+  mixed_precision: "no"
+  compile: false
+data:
+  block_size: 512
+  packing: false
+"""
+JSON_CONFIG = json.dumps({"train": {"batch_size": 8, "grad_accum": 2, "optimizer": "adamw_torch",
+                                    "pin_memory": False, "torch_dtype": "float32"},
+                          "max_length": 2048, "padding": "longest", "group_by_length": False})
+ARGPARSE = """
+import argparse
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch-size", type=int, default=1)
+parser.add_argument("--gradient_accumulation_steps", type=int, default=16)
+parser.add_argument("--max_len", type=int, default=4096)
+parser.add_argument("--gradient_checkpointing", action="store_true")
+parser.add_argument("--fp16", action="store_true")
+parser.add_argument("--num_workers", type=int, default=2)
+parser.add_argument("--learning_rate", type=float, default=1e-4)
+"""
+
+
+@pytest.mark.parametrize("configs, script, expected", [
+    ({"a.yaml": FLAT_YAML}, SCRIPT,
+     {"micro": 2, "batch": 8, "max_len": 1024, "tryable": {"per_device_train_batch_size", "gradient_checkpointing",
+                                                           "precision", "dataloader_num_workers"},
+      "start": {"gradient_checkpointing": True, "precision": "fp32"}}),
+    ({"b.yml": NESTED_YAML}, SCRIPT,
+     {"micro": 4, "batch": 8, "max_len": 512, "tryable": {"per_device_train_batch_size", "attn_implementation",
+                                                          "precision", "torch_compile", "padding"},
+      "start": {"attn_implementation": "sdpa", "padding": "longest", "precision": "fp32"}}),
+    ({"c.json": JSON_CONFIG}, SCRIPT,
+     {"micro": 8, "batch": 16, "max_len": 2048, "tryable": {"per_device_train_batch_size", "optim",
+                                                            "dataloader_pin_memory", "precision", "padding",
+                                                            "group_by_length"},
+      "start": {"optim": "adamw_torch", "padding": "longest"}}),
+    ({}, ARGPARSE,
+     {"micro": 1, "batch": 16, "max_len": 4096, "tryable": {"per_device_train_batch_size", "gradient_checkpointing",
+                                                            "precision", "dataloader_num_workers"},
+      "start": {"gradient_checkpointing": False, "dataloader_num_workers": 2}}),
+])
+def test_discovery_finds_knobs_length_and_batch_in_each_shape(tmp_path, configs, script, expected):
+    adapter = adapter_for(tmp_path, script, configs)
+    assert adapter.start.per_device_train_batch_size == expected["micro"]
+    assert adapter.effective_batch == expected["batch"] and adapter.max_len == expected["max_len"]
+    assert set(adapter.tryable) == expected["tryable"]
+    for knob, value in expected["start"].items():
+        assert getattr(adapter.start, knob) == value
+
+
+def test_edits_keep_the_effective_batch_and_the_file_style(tmp_path):
+    adapter = adapter_for(tmp_path, SCRIPT, {"b.yml": NESTED_YAML})
+    edits, flags = adapter.edits(adapter.start.with_change("per_device_train_batch_size", 8)
+                                 .with_change("precision", "bf16").with_change("padding", "padding_free"))
+    assert flags == []
+    assert dict((tuple(p), v) for p, v in edits["b.yml"]) == {
+        ("trainer", "micro_batch_size"): 8, ("trainer", "accumulation_steps"): 1,
+        ("trainer", "mixed_precision"): "bf16", ("data", "packing"): True}
+
+
+def test_argparse_flags_are_passed_on_the_command_line(tmp_path):
+    adapter = adapter_for(tmp_path, ARGPARSE)
+    _, flags = adapter.edits(adapter.start.with_change("per_device_train_batch_size", 4)
+                             .with_change("gradient_checkpointing", True).with_change("precision", "fp16"))
+    assert flags == ["--batch-size", "4", "--gradient_accumulation_steps", "4", "--gradient_checkpointing", "--fp16"]
+
+
+def test_unrecognised_keys_are_left_alone(tmp_path):
+    adapter = adapter_for(tmp_path, ARGPARSE)
+    assert all(s.role != "learning_rate" for s in adapter.discovery.settings)
+    assert adapter.why_not("torch_compile", True) == "the script has no setting for torch_compile"
+
+
+def test_a_script_with_no_known_knob_says_what_was_looked_for(tmp_path):
+    with pytest.raises(JobError) as error:
+        adapter_for(tmp_path, SCRIPT, {"x.yaml": "per_device_train_batch_size: 2\nlearning_rate: 0.1\n"})
+    message = str(error.value)
+    assert "no knob recognised" in message and all(name in message for name in LOOKED_FOR)
+
+
+def test_a_bad_config_file_is_one_clear_error(tmp_path):
+    with pytest.raises(JobError, match="not valid YAML"):
+        adapter_for(tmp_path, SCRIPT, {"bad.yaml": "a: [1, 2\n"})
