@@ -97,8 +97,16 @@ def fingerprint(data: dict[str, Any]) -> str:
 
 
 def job_fingerprint(job: Any) -> str:
-    """Same model, data, lengths, batch, method, weights and seed: the same rows are trained."""
-    return fingerprint({name: getattr(job, name) for name in _JOB_IDENTITY})
+    """Same model, data, lengths, batch, method, weights and seed: the same rows are trained. For a
+    user's script, the bytes of the script and of its config files stand for the model and data."""
+    identity = {name: getattr(job, name) for name in _JOB_IDENTITY}
+    if getattr(job, "script", ""):
+        from pathlib import Path
+
+        files = [Path(job.script), *(Path(label) for label in job.script_configs)]
+        identity["script"] = [hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else str(f) for f in files]
+        identity["script_args"] = job.script_args
+    return fingerprint(identity)
 
 
 def software(frame: dict[str, Any]) -> dict[str, str]:

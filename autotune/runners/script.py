@@ -114,7 +114,7 @@ class Meter:
         self.ends: list[float] = []
         self.losses: dict[str, dict[str, float]] = {"step1": {}, "step2": {}}
         self.loss_reachable = True
-        self.trainable = self.frozen = 0
+        self.trainable = self.frozen = self.params = 0
         self.optimizer: Any = None
 
     # forward hooks --------------------------------------------------------------------------------
@@ -123,8 +123,13 @@ class Meter:
             size = sum(p.numel() for p in module.parameters())
             if self.root is None or (module is not self.root and size > self._size):
                 self.root, self._size = module, size
-                self.trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
-                self.frozen = size - self.trainable
+                self.params = size
+                # FLOPs come from matmul weights only: an embedding lookup is not a matmul (a tied
+                # output head is, and is counted through its Linear).
+                weights = {id(m.weight): m.weight for m in module.modules()
+                           if type(m).__name__ in ("Linear", "Conv1D") and getattr(m, "weight", None) is not None}
+                self.trainable = sum(w.numel() for w in weights.values() if w.requires_grad)
+                self.frozen = sum(w.numel() for w in weights.values() if not w.requires_grad)
         self.depth += 1
 
     def after(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
@@ -256,7 +261,8 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         "model_flops": flops, "hardware_flops": flops, "mfu": mfu, "hfu": mfu, "peak_flops": peak,
         "peak_memory": memory.read_peak(device), "parity_losses": meter.parity, "nvml": sampler.summary(),
         "env": {"torch": torch.__version__, "threads": torch.get_num_threads()},
-        "model": {"params": meter.trainable + meter.frozen, "trainable_params": meter.trainable,
+        "model": {"params": meter.params, "matmul_params": meter.trainable + meter.frozen,
+                  "trainable_params": sum(p.numel() for p in meter.root.parameters() if p.requires_grad),
                   "model_type": getattr(config, "model_type", None) or type(meter.root).__name__},
         "data": {"padding_share": round(1 - sum(tokens) / padded, 4) if padded else None},
     }
