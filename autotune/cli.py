@@ -69,7 +69,7 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
     display = Progress()
     tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env(), fresh="fresh" in modes)
     if tuner.script is not None:
-        display.console.print("your script, as autotune reads it (its files are never changed):", highlight=False)
+        display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
         for line in tuner.script.listing():
             display.console.print(f"  {line}", highlight=False, soft_wrap=True)
     try:

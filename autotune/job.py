@@ -272,7 +272,11 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
         args = shlex.split(pairs.get("script_args", ""))
     except ValueError as error:
         raise JobError(f"script_args: {error}; quote the arguments as one shell word") from None
-    adapter = ScriptAdapter.build(discover(script, [(Path(label).expanduser(), label) for label in labels]),
+    from .script import apply_args
+
+    found = discover(script, [(Path(label).expanduser(), label) for label in labels])
+    apply_args(found, args)
+    adapter = ScriptAdapter.build(found,
                                   _whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
                                   _whole("effective_batch", pairs["effective_batch"], 1)
                                   if "effective_batch" in pairs else None)

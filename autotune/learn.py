@@ -79,12 +79,17 @@ class Memory:
         best = Knobs.from_dict(past["best"]["knobs"])
         device, batch = self.frame.get("device", {}), self.job.effective_batch
         changes, current = [], incumbent
-        for knob, (_, value) in sorted(incumbent.diff(best).items(), key=lambda kv: kv[0] != "padding"):
-            if knob == "per_device_train_batch_size" and batch % value:
-                continue
-            if not_applicable(knob, value, current, device, batch) is None:
+        pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
+                   if not (k == "per_device_train_batch_size" and batch % v)]
+        # Until nothing more can be added: flash attention needs bf16 first, group_by_length longest.
+        while True:
+            ready = [(k, v) for k, v in pending if not_applicable(k, v, current, device, batch) is None]
+            if not ready:
+                break
+            for knob, value in ready:
                 changes.append((knob, value))
                 current = current.with_change(knob, value)
+                pending.remove((knob, value))
         if not changes or key(current) in measured:
             return None
         first, *rest = changes
@@ -109,7 +114,7 @@ class Memory:
                                   changes=tuple((k, getattr(incumbent, k), v) for k, v in hypothesis.changes),
                                   features=features, ratio=record["ratio"], outcome=outcome,
                                   claims=hypothesis.claims, run=self.run_id)
-        events = self.beliefs.apply(observe(self.claims, observation), run=self.run_id)
+        events = self.beliefs.apply(observe(self.beliefs.claims(active_only=False), observation), run=self.run_id)
         return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
 
     def finish(self, records: list[dict[str, Any]], best_knobs: Knobs, best_trial: int, speedup: float,

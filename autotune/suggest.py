@@ -67,8 +67,21 @@ def _whole(key: str, text: str) -> int:
     return int(text)
 
 
+def _first(config: dict[str, Any], *names: str) -> Any:
+    return next((config[n] for n in names if config.get(n) is not None), None)
+
+
 def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
-    layers, hidden = config["num_hidden_layers"], config["hidden_size"]
+    if isinstance(config.get("text_config"), dict):  # image-text models: the language model's shape
+        config = {**config["text_config"], "model_type": config.get("model_type")}
+    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    hidden = _first(config, "hidden_size", "n_embd", "d_model")
+    if layers is None or hidden is None:
+        raise JobError("the model's config.json names neither its layer count nor its hidden size in a form "
+                       "autotune reads; give model=SIZE instead (for example model=7B)")
+    config = {**config, "num_attention_heads": _first(config, "num_attention_heads", "n_head"),
+              "intermediate_size": _first(config, "intermediate_size", "n_inner")}
+    config = {k: v for k, v in config.items() if v is not None}
     vocab, inter = config.get("vocab_size", _VOCAB), config.get("intermediate_size", 4 * hidden)
     heads = config.get("num_attention_heads", max(1, hidden // 128))
     kv = config.get("num_key_value_heads", heads)

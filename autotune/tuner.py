@@ -120,12 +120,14 @@ class Tuner:
         self.blocked: dict[tuple, set[str]] = {}
         self.script = None
         if job.script:
-            from .script import ScriptAdapter, discover
+            from .script import ScriptAdapter, apply_args, discover
 
             # Config paths are as the user gave them, relative to where autotune was started.
             self.cwd = Path.cwd()
-            configs = [(self.cwd / label, label) for label in job.script_configs]
-            self.script = ScriptAdapter.build(discover(Path(job.script), configs), job.max_len, job.effective_batch)
+            configs = [(self.cwd / Path(label).expanduser(), label) for label in job.script_configs]
+            found = discover(Path(job.script), configs)
+            apply_args(found, shlex.split(job.script_args))
+            self.script = ScriptAdapter.build(found, job.max_len, job.effective_batch)
 
     # -- running one measurement -------------------------------------------------------------
     def _spec(self, kind: str, knobs: Knobs, trial: int, ceiling: bool = False) -> dict[str, Any]:
@@ -147,7 +149,7 @@ class Tuner:
         return {
             "schema_version": 1, "kind": kind, "runner": "script", "job": self.job.to_dict(), "knobs": knobs.to_dict(),
             "script": {"path": self.job.script, "cwd": str(self.cwd),
-                       "configs": [{"label": label, "path": str((self.cwd / label).resolve())}
+                       "configs": [{"label": label, "path": str((self.cwd / Path(label).expanduser()).resolve())}
                                    for label in self.job.script_configs],
                        "edits": edits, "args": shlex.split(self.job.script_args),
                        "exclude": [str(self.folder.path.parent.resolve())], "listing": self.script.listing()},
@@ -237,6 +239,9 @@ class Tuner:
         for measurement in past["measurements"]:
             incumbent.add(measurement)
         floor = stats.noise_floor(incumbent.runs)
+        if past.get("wall_s"):
+            # A trial's timeout follows the slowest measurement so far; the record says how long they took.
+            self.slowest_s = past["wall_s"] / max(1, len(past["measurements"]))
         record = self._record(0, None, self.job.start, "replayed", "baseline",
                               f"replayed from {past['experiment']} (same job, device and software; say `fresh` to "
                               f"measure again); A/A noise floor {floor:.2%}", [], wall=0.0)

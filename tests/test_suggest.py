@@ -89,3 +89,16 @@ def test_headroom_estimate_shrinks_with_rows_and_grows_with_the_card():
     assert estimate_headroom(shape, 4096, 24, "lora", knobs) < estimate_headroom(shape, 4096, 80, "lora", knobs)
     checkpointed = Knobs(precision="bf16", attn_implementation="sdpa", gradient_checkpointing=True)
     assert estimate_headroom(shape, 4096, 24, "lora", checkpointed) > estimate_headroom(shape, 4096, 24, "lora", knobs)
+
+
+def test_a_local_config_with_gpt2_names_or_unknown_names(tmp_path, capsys):
+    gpt2 = tmp_path / "gpt2"
+    gpt2.mkdir()
+    (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
+                                                  "vocab_size": 50257}))
+    assert 100e6 < model_shape(str(gpt2))["params"] < 200e6
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    (odd / "config.json").write_text(json.dumps({"model_type": "odd"}))
+    assert main(["suggest", f"model={odd}", "max_len=512"]) == 2
+    assert "model=SIZE" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from .store import Store
 # Fields of a measurement worth keeping in the knowledge base (the run folder keeps everything).
 _KEPT = ("samples_per_s", "tokens_per_s", "step_times_s", "median_step_s", "mfu", "hfu", "peak_memory",
          "ceiling", "breakdown", "real_tokens_per_step", "model_flops", "hardware_flops", "device",
-         "parity_losses")
+         "parity_losses", "model", "data")
 
 
 def new_run_id(run: str) -> str:
@@ -51,6 +51,7 @@ class Experience:
             "incumbent_samples_per_s": record.get("incumbent_samples_per_s"),
             "noise_floor": record.get("noise_floor"), "parity": record.get("parity"),
             "measurements": [_slim(m) for m in record.get("measurements", [])], "hypothesis": hypothesis,
+            "wall_s": record.get("wall_s"),
         }
         return self.store.append("trials", trial)
 
@@ -89,4 +90,6 @@ class Experience:
                       and r.get("best", {}).get("trial", 0) > 0 and r.get("job_fingerprint") != exclude_job]
         if not candidates:
             return None
-        return min(candidates, key=lambda r: (distance(features, r["features"]), -len(r.get("finished_at", ""))))
+        # Nearest first; among equals, the latest run.
+        ranked = sorted(enumerate(candidates), key=lambda item: (distance(features, item[1]["features"]), -item[0]))
+        return ranked[0][1]

@@ -26,7 +26,8 @@ NUMERIC = ("params_m", "layers", "hidden", "vocab", "max_len", "effective_batch"
            "length_spread", "mean_len", "gpu_mem_gb", "data_wait_share", "optimizer_share", "headroom",
            "micro_batch", "dataloader_num_workers")
 # Features that identify a job for replay: what is trained and on which rows, not how.
-_JOB_IDENTITY = ("model", "dataset", "max_len", "effective_batch", "method", "weights", "seed")
+_JOB_IDENTITY = ("model", "dataset", "max_len", "effective_batch", "method", "weights", "seed", "mem_limit",
+                 "mem_margin")
 
 
 def gpu_key(label: str) -> str | None:
@@ -99,11 +100,17 @@ def fingerprint(data: dict[str, Any]) -> str:
 def job_fingerprint(job: Any) -> str:
     """Same model, data, lengths, batch, method, weights and seed: the same rows are trained. For a
     user's script, the bytes of the script and of its config files stand for the model and data."""
-    identity = {name: getattr(job, name) for name in _JOB_IDENTITY}
-    if getattr(job, "script", ""):
-        from pathlib import Path
+    from pathlib import Path
 
-        files = [Path(job.script), *(Path(label) for label in job.script_configs)]
+    identity = {name: getattr(job, name) for name in _JOB_IDENTITY}
+    for name in ("model", "dataset"):
+        # A local file or folder edited in place is another job: its size and time stand for its bytes.
+        path = Path(str(getattr(job, name))).expanduser()
+        if path.exists():
+            stat = path.stat()
+            identity[f"{name}_file"] = [stat.st_size, stat.st_mtime_ns]
+    if getattr(job, "script", ""):
+        files = [Path(job.script), *(Path(label).expanduser() for label in job.script_configs)]
         identity["script"] = [hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else str(f) for f in files]
         identity["script_args"] = job.script_args
     return fingerprint(identity)

@@ -75,6 +75,14 @@ def observe(claims: list[Claim], observation: Observation) -> list[Update]:
     evidence = observation.evidence
     if not matching and not combined:
         learned = learned_claim(observation)
+        taken = {c.id for c in claims}
+        if learned.id in taken:  # learned before and since retired: a new claim, not the old one revived
+            from dataclasses import replace
+
+            suffix = 2
+            while f"{learned.id}-{suffix}" in taken:
+                suffix += 1
+            learned = replace(learned, id=f"{learned.id}-{suffix}")
         updates.append(Update("create", learned.id, f"no claim spoke of {learned.change} here; learned from "
                               f"{observation.experiment}", children=(learned,), run=observation.run))
         matching = [learned]

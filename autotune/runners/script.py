@@ -2,7 +2,8 @@
 
 The script runs in a per-trial work folder that mirrors the user's folder: the script and its config
 files are copies there (the configs with this trial's edits), everything else is a link to the
-original, so the script finds its files at the paths it expects and no user file is ever written.
+original, so the script finds its files at the paths it expects. The script and its configs are never
+written; a script that itself writes into an existing file of the user's does so through the link.
 
 Process-wide hooks are installed before the script starts:
 - an optimizer step post-hook (every optimizer) times each step, with the device synchronised;

@@ -23,7 +23,7 @@ _PRECISION_STYLES = (
     {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32"},
     {"fp32": "no", "bf16": "bf16", "fp16": "fp16"},                                  # accelerate
     {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"},                      # torch dtype names
-    {"fp32": "32", "bf16": "bf16-mixed", "fp16": "16-mixed", "tf32": "32"},          # Lightning
+    {"fp32": "32", "bf16": "bf16-mixed", "fp16": "16-mixed"},                        # Lightning
 )
 
 
@@ -152,14 +152,36 @@ class ScriptAdapter:
         allowed = self.tryable[knob]
         if allowed and value not in allowed:
             return f"the script's settings cannot say {knob}={value}"
-        if knob == "precision" and value == "tf32" and not (self.discovery.get("tf32") or self._precision_style_has("tf32")):
-            return "the script has no tf32 setting"
+        if knob == "precision" and not self._can_say(value):
+            return f"the script has no setting that says precision {value}"
         return None
 
-    def _precision_style_has(self, name: str) -> bool:
+    def _can_say(self, precision: str) -> bool:
+        """A precision is tried only where the script's settings can express it exactly."""
+        if self._precision_style_has(precision):
+            return True
+        flags = {role for role in ("bf16", "fp16", "tf32") if self.discovery.get(role)}
         text = self.discovery.get("precision")
-        return bool(text and isinstance(text.value, str)
-                    and any(name in style and text.value.lower() in style.values() for style in _PRECISION_STYLES))
+        if text is not None and isinstance(text.value, str):
+            return False  # a precision name the style lacks cannot be said with flags beside it
+        return precision in flags or (precision == "fp32" and bool(flags))
+
+    def _style(self) -> dict[str, str] | None:
+        """How the script's precision string names precisions, from its key and current value
+        (`bf16` is both accelerate's and ours: the key `mixed_precision` says accelerate)."""
+        text = self.discovery.get("precision")
+        if text is None or not isinstance(text.value, str):
+            return None
+        candidates = [s for s in _PRECISION_STYLES if text.value.lower() in s.values()]
+        key = text.path[-1].lower() if text.path else ""
+        preferred = {"mixed_precision": 1, "dtype": 2, "torch_dtype": 2}.get(key)
+        if preferred is not None and _PRECISION_STYLES[preferred] in candidates:
+            return _PRECISION_STYLES[preferred]
+        return candidates[0] if candidates else None
+
+    def _precision_style_has(self, name: str) -> bool:
+        style = self._style()
+        return style is not None and name in style
 
     # -- writing a config ----------------------------------------------------------------------------
     def edits(self, knobs: Knobs) -> tuple[dict[str, list[tuple[list[str], Any]]], list[str]]:
@@ -190,9 +212,9 @@ class ScriptAdapter:
                 put(get(role), getattr(knobs, role))
         if "precision" in self.tryable:
             text = get("precision")
-            if text is not None and isinstance(text.value, str):
-                style = next(s for s in _PRECISION_STYLES if text.value.lower() in s.values())
-                put(text, style.get(knobs.precision, style["fp32"]))
+            style = self._style()
+            if style is not None and knobs.precision in style:
+                put(text, style[knobs.precision])
             for role in ("bf16", "fp16", "tf32"):
                 put(get(role), knobs.precision == role)
         if "padding" in self.tryable:

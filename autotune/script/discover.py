@@ -59,14 +59,46 @@ class Discovery:
     settings: list[Setting] = field(default_factory=list)
 
     def get(self, role: str) -> Setting | None:
-        # Config files win over the script's defaults: a value in a config is what the run uses.
+        # Config files win over the script's defaults: a value in a config is what the run uses. Where
+        # one role appears more than once (eval.batch_size beside train.batch_size), the training one.
         found = [s for s in self.settings if s.role == role]
-        configs = [s for s in found if s.source != "argv"]
+        configs = sorted((s for s in found if s.source != "argv"), key=_training_first)
         return (configs or found or [None])[0]
 
     @property
     def roles(self) -> set[str]:
         return {s.role for s in self.settings}
+
+
+def _training_first(setting: Setting) -> int:
+    parts = [p.lower() for p in setting.path[:-1]]
+    if any("train" in p for p in parts):
+        return 0
+    return 2 if any(word in p for p in parts for word in ("eval", "valid", "test", "predict", "infer")) else 1
+
+
+def apply_args(found: Discovery, args: list[str]) -> None:
+    """The user's own `script_args` override the script's defaults for the flags they name."""
+    for index, setting in enumerate(found.settings):
+        if setting.source != "argv":
+            continue
+        flag, action = setting.path
+        names = {flag, flag.replace("_", "-"), flag.replace("-", "_")}
+        for position, word in enumerate(args):
+            name, _, inline = word.partition("=")
+            if name not in names:
+                continue
+            if action in ("store_true", "store_false"):
+                value: Any = action == "store_true"
+            elif inline:
+                value = inline
+            elif position + 1 < len(args):
+                value = args[position + 1]
+            else:
+                continue
+            if isinstance(setting.value, int) and not isinstance(setting.value, bool) and str(value).isdigit():
+                value = int(value)
+            found.settings[index] = Setting(setting.role, value, setting.source, setting.path)
 
 
 def _alias(key: str) -> str | None:

@@ -123,3 +123,39 @@ def test_a_script_with_no_known_knob_says_what_was_looked_for(tmp_path):
 def test_a_bad_config_file_is_one_clear_error(tmp_path):
     with pytest.raises(JobError, match="not valid YAML"):
         adapter_for(tmp_path, SCRIPT, {"bad.yaml": "a: [1, 2\n"})
+
+
+def test_the_training_section_wins_over_an_eval_section_with_the_same_keys(tmp_path):
+    adapter = adapter_for(tmp_path, SCRIPT, {"two.yaml": """
+        eval:
+          batch_size: 16
+          max_length: 64
+        train:
+          batch_size: 4
+          gradient_accumulation_steps: 4
+          max_length: 512
+        """})
+    assert (adapter.start.per_device_train_batch_size, adapter.effective_batch, adapter.max_len) == (4, 16, 512)
+    edits, _ = adapter.edits(adapter.start.with_change("per_device_train_batch_size", 8))
+    assert [tuple(path) for path, _ in edits["two.yaml"]] == [("train", "batch_size"), ("train", "gradient_accumulation_steps")]
+
+
+def test_script_args_override_the_scripts_defaults(tmp_path):
+    from autotune.script import apply_args
+
+    script = write(tmp_path, "train.py", ARGPARSE)
+    found = discover(script, [])
+    apply_args(found, ["--batch-size", "4", "--gradient_checkpointing", "--max_len=1024"])
+    adapter = ScriptAdapter.build(found)
+    assert adapter.start.per_device_train_batch_size == 4 and adapter.effective_batch == 64
+    assert adapter.start.gradient_checkpointing is True and adapter.max_len == 1024
+
+
+@pytest.mark.parametrize("config, sayable, unsayable", [
+    ("fp16: true\nbatch_size: 2\ngrad_accum: 2\n", {"fp16", "fp32"}, {"bf16", "tf32"}),
+    ("precision: '32'\nbatch_size: 2\ngrad_accum: 2\n", {"fp32", "bf16", "fp16"}, {"tf32"}),
+    ("mixed_precision: bf16\nbatch_size: 2\ngrad_accum: 2\n", {"fp32", "bf16", "fp16"}, {"tf32"}),
+])
+def test_a_precision_is_tried_only_where_the_settings_can_say_it(tmp_path, config, sayable, unsayable):
+    adapter = adapter_for(tmp_path, SCRIPT, {"p.yaml": config})
+    assert {p for p in sayable | unsayable if adapter.why_not("precision", p) is None} == sayable
