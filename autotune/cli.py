@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .errors import AutotuneError, JobError
@@ -22,6 +23,8 @@ TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items(
     + "\n  gradient_accumulation_steps  alternative to per_device_train_batch_size"
     + "\n\nmodes:\n  smoke            CPU dry run on a tiny model of the job's architecture; with nothing else,\n"
     "                   the built-in demo (" + DEMO_PRESET + " preset, synthetic data, max_len=512, effective_batch=16)\n"
+    "  resume           continue a stopped or killed run from runs/RUN/ (give no other words)\n"
+    "  review           write a run's report, results and best config again, without a device\n"
     "  fresh            measure every trial, even those this knowledge base already holds for this job,\n"
     "                   device and software (by default they are replayed from the record)\n"
     "\nexamples:\n  autotune tune demo smoke\n"
@@ -59,9 +62,18 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
     from .job import job_from_words
     from .report import write_best_config, write_report, write_results_tsv
 
-    job, modes = job_from_words(run, words)
-    if "resume" in modes or "review" in modes:
-        raise JobError("resume and review are not available in this version; start a new RUN")
+    again = [w for w in words if w in ("resume", "review")]
+    if again:
+        from .resume import load_job
+
+        if len(words) != 1:
+            raise JobError(f"'{again[0]}' takes no other words: the job is runs/{run}/job.json "
+                           f"(autotune tune {run} {again[0]})")
+        job, modes = load_job(Path(runs_dir), run), again
+    else:
+        job, modes = job_from_words(run, words)
+    if "review" in modes:
+        return review(run, job, runs_dir)
     executor = get_executor(job.host)
     from .display import Progress
     from .tuner import Tuner
@@ -73,7 +85,7 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
         for line in tuner.script.listing():
             display.console.print(f"  {line}", highlight=False, soft_wrap=True)
     try:
-        outcome = tuner.run()
+        outcome = tuner.run(resume="resume" in modes)
     finally:
         display.close()
     write_results_tsv(tuner.folder, outcome.records)
@@ -84,6 +96,26 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
         settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
         display.console.print(f"set in {label}: {settings}", highlight=False, soft_wrap=True)
     display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
+    return 0
+
+
+def review(run: str, job: Any, runs_dir: str) -> int:
+    """The report, results and best config of a run written again from its folder; no device is used."""
+    from .resume import review as rewrite
+
+    script = None
+    if job.script:
+        import shlex
+
+        from .script import ScriptAdapter, apply_args, discover
+
+        found = discover(Path(job.script), [(Path(label).expanduser(), label) for label in job.script_configs])
+        apply_args(found, shlex.split(job.script_args))
+        script = ScriptAdapter.build(found, job.max_len, job.effective_batch)
+    outcome, config, _ = rewrite(Path(runs_dir), run, script)
+    print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
+          f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")
+    print(f"ready to run: {config['command']}")
     return 0
 
 

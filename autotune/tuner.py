@@ -266,19 +266,35 @@ class Tuner:
                 return f"time budget of {self.job.time_budget_s}s would be exceeded by another trial"
         return None
 
-    def run(self) -> Outcome:
-        self.folder.create(self.job.to_dict())
+    def begin(self) -> tuple[dict[str, Any], Incumbent, dict[str, Any], float]:
+        """Frame and baseline: the frame is complete once the baseline has shown its ceiling and where
+        its time goes."""
         frame = self.frame()
         incumbent, base_measurement, floor = self.baseline()
-        baseline_speed = incumbent.speed
-        # The frame is complete once the baseline has shown its ceiling and where its time goes.
+        return self.complete_frame(frame, base_measurement), incumbent, base_measurement, floor
+
+    def complete_frame(self, frame: dict[str, Any], base_measurement: dict[str, Any]) -> dict[str, Any]:
         frame = {**frame, "ceiling": base_measurement.get("ceiling"), "breakdown": base_measurement.get("breakdown")}
         if self.script is not None:
             # A script's model and data are seen only when it runs: the baseline's hooks read them.
             frame.update(model=base_measurement.get("model") or {}, data=base_measurement.get("data") or {})
-            self.memory.start(frame)
+        self.memory.start(frame)
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
-        trial, stop_reason, skipped = 0, "every applicable change was tried", []
+        return frame
+
+    def run(self, resume: bool = False) -> Outcome:
+        """The whole loop; with `resume`, from where a stopped or killed run of this folder left off."""
+        if resume:
+            from .resume import restore
+
+            frame, incumbent, base_measurement, floor, trial = restore(self)
+        else:
+            self.folder.create(self.job.to_dict())
+            self._save_state(0, Incumbent(self.job.start, [], 0), 0.0)  # the run id is on disk from the start
+            frame, incumbent, base_measurement, floor = self.begin()
+            trial = 0
+        baseline_speed = self.records[0]["samples_per_s"]
+        stop_reason, skipped = "every applicable change was tried", []
         while True:
             features = self.memory.features(incumbent.knobs, incumbent.profile)
             hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured,
@@ -295,6 +311,7 @@ class Tuner:
             trial += 1
             incumbent = self._try(trial, hypotheses[0], incumbent, base_measurement, floor)
             self._save_state(trial, incumbent, floor)
+        self._save_state(trial, incumbent, floor, stop_reason=stop_reason, skipped=skipped)
         self.memory.finish(self.records, incumbent.knobs, incumbent.trial, self._speedup(), baseline_speed, stop_reason)
         best_record = next(r for r in reversed(self.records) if r["trial"] == incumbent.trial)
         outcome = Outcome(frame=frame, baseline={"samples_per_s": baseline_speed, "measurement": base_measurement},
@@ -442,7 +459,8 @@ class Tuner:
         if self.display:
             self.display.finished(record)
 
-    def _save_state(self, trial: int, incumbent: Incumbent, floor: float) -> None:
-        self.folder.write_state({"run": self.job.run, "trials_done": trial, "incumbent_trial": incumbent.trial,
-                                 "incumbent_knobs": incumbent.knobs.to_dict(), "incumbent_samples": incumbent.samples,
-                                 "noise_floor": floor, "elapsed_s": round(time.monotonic() - self.started, 1)})
+    def _save_state(self, trial: int, incumbent: Incumbent, floor: float, **finished: Any) -> None:
+        self.folder.write_state({"run": self.job.run, "run_id": self.memory.run_id, "trials_done": trial,
+                                 "incumbent_trial": incumbent.trial, "incumbent_knobs": incumbent.knobs.to_dict(),
+                                 "incumbent_samples": incumbent.samples, "noise_floor": floor,
+                                 "elapsed_s": round(time.monotonic() - self.started, 1), **finished})

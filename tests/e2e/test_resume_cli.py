@@ -1,0 +1,53 @@
+"""A tuner killed with SIGKILL at two points of a run, then `resume` finishes it: no trial duplicated,
+none lost, the knowledge base agreeing with the run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autotune.kb import Store, kb_folder
+from autotune.kb.experience import Experience
+
+pytestmark = pytest.mark.slow
+JOB = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke", "max_trials=4"]
+
+
+def start(tmp_path, *words):
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli", "tune", "k", *words], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+
+
+def lines(tmp_path) -> int:
+    path = tmp_path / "runs" / "k" / "experiments.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def kill_when(tmp_path, process, count: int) -> None:
+    deadline = time.monotonic() + 300
+    while lines(tmp_path) < count and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert process.poll() is None, "the run ended before it could be killed"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+def test_sigkill_twice_then_resume_finishes_the_run(tmp_path):
+    kill_when(tmp_path, start(tmp_path, *JOB), 1)            # the baseline is recorded, trial 1 is running
+    kill_when(tmp_path, start(tmp_path, "resume"), 3)        # two trials in, the third is running
+    done = start(tmp_path, "resume")
+    assert done.wait(timeout=600) == 0, done.stderr.read()[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "runs" / "k" / "experiments.jsonl").read_text().splitlines()]
+    assert [r["trial"] for r in records] == [0, 1, 2, 3, 4]
+    assert (tmp_path / "runs" / "k" / "report.md").exists()
+    run_id = json.loads((tmp_path / "runs" / "k" / "state.json").read_text())["run_id"]
+    experience = Experience(Store(kb_folder()))
+    assert sorted(t["trial"] for t in experience.trials(run_id)) == [0, 1, 2, 3, 4]
+    assert [r["run_id"] for r in experience.runs()] == [run_id]

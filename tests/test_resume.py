@@ -1,0 +1,123 @@
+"""resume continues a stopped or killed run from its folder without repeating or losing a trial;
+review writes a finished run's outputs again without a device."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import tiny_job
+from test_tuner import TableExecutor
+
+from autotune.cli import main
+from autotune.kb import Store, kb_folder
+from autotune.kb.experience import Experience
+from autotune.records import RunFolder
+from autotune.tuner import Tuner
+
+FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5,
+           ("attn_implementation", "sdpa"): 1.3}
+
+
+class KilledAt(TableExecutor):
+    """Dies (as a Ctrl-C or SIGTERM does in the tuner) when the n-th measurement starts."""
+
+    def __init__(self, factors, at: int):
+        super().__init__(factors)
+        self.at = at
+
+    def run(self, spec, trial_dir, timeout_s):
+        if len(self.specs) == self.at:
+            raise KeyboardInterrupt("killed")
+        return super().run(spec, trial_dir, timeout_s)
+
+
+class Recording(TableExecutor):
+    """Notes the trial number of each measurement (its folder is NNN-MMM)."""
+
+    def __init__(self, factors):
+        super().__init__(factors)
+        self.trials: list[int] = []
+
+    def run(self, spec, trial_dir, timeout_s):
+        if spec["kind"] == "trial":
+            self.trials.append(int(trial_dir.name[:3]))
+        return super().run(spec, trial_dir, timeout_s)
+
+
+def finished(tmp_path, run: str, executor, *words: str) -> list[tuple]:
+    Tuner(tiny_job("max_trials=6", *words, run=run), executor, tmp_path).run()
+    return [(r["trial"], r["change"], r["decision"]) for r in RunFolder(tmp_path, run).read_experiments()]
+
+
+@pytest.mark.parametrize("at", [2, 5, 9, 14])
+def test_a_run_killed_at_any_point_resumes_to_the_same_result_without_repeats(tmp_path, at):
+    # Its own knowledge base: what the reference run learns must not steer the run under test.
+    reference = finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), f"kb={tmp_path / 'ref-kb'}")
+    job = tiny_job("max_trials=6", run="r")
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(job, KilledAt(FACTORS, at), tmp_path).run()
+    before = RunFolder(tmp_path, "r").read_experiments()
+    again = Recording(FACTORS)
+    outcome = Tuner(job, again, tmp_path).run(resume=True)
+    records = RunFolder(tmp_path, "r").read_experiments()
+    assert [r["trial"] for r in records] == list(range(len(records)))          # none duplicated, none lost
+    assert records[:len(before)] == before                                     # what was recorded stays
+    assert [(r["trial"], r["change"], r["decision"]) for r in records] == reference
+    assert outcome.best.knobs.padding == "padding_free"
+    # Completed trials are not measured again: the resumed run measured only trials after them.
+    last_before = before[-1]["trial"] if before else -1
+    assert again.trials and min(again.trials) > last_before
+    run_id = json.loads(RunFolder(tmp_path, "r").state.read_text())["run_id"]
+    experience = Experience(Store(kb_folder()))
+    trials = [t["trial"] for t in experience.trials(run_id)]
+    assert sorted(trials) == sorted(set(trials)) == [r["trial"] for r in records]  # the knowledge base agrees
+    assert [r["run_id"] for r in experience.runs()].count(run_id) == 1
+
+
+def test_a_trial_the_knowledge_base_holds_but_the_folder_lost_is_restored_not_remeasured(tmp_path, monkeypatch):
+    job = tiny_job("max_trials=4", run="r")
+    original = RunFolder.append_experiment
+
+    def dies_on_trial_2(self, record):
+        if record["trial"] == 2:
+            raise KeyboardInterrupt("killed between the two writes")
+        original(self, record)
+
+    monkeypatch.setattr(RunFolder, "append_experiment", dies_on_trial_2)
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(job, TableExecutor(FACTORS), tmp_path).run()
+    monkeypatch.setattr(RunFolder, "append_experiment", original)
+    lost = Experience(Store(kb_folder())).trials()[-1]
+    assert lost["trial"] == 2
+    again = Recording(FACTORS)
+    Tuner(job, again, tmp_path).run(resume=True)
+    records = RunFolder(tmp_path, "r").read_experiments()
+    assert [r["trial"] for r in records] == [0, 1, 2, 3, 4]
+    assert records[2]["knobs"] == lost["knobs"] and records[2]["decision"] == lost["decision"]
+    assert min(again.trials) == 3                                # trial 2 came back from the record
+
+
+def test_a_torn_last_line_is_the_interrupted_trial_and_is_redone(tmp_path):
+    job = tiny_job("max_trials=3", run="r")
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(job, KilledAt(FACTORS, 6), tmp_path).run()
+    with open(RunFolder(tmp_path, "r").experiments, "ab") as handle:
+        handle.write(b'{"run": "r", "trial": 9')
+    Tuner(job, TableExecutor(FACTORS), tmp_path).run(resume=True)
+    assert [r["trial"] for r in RunFolder(tmp_path, "r").read_experiments()] == [0, 1, 2, 3]
+
+
+def test_review_writes_the_outputs_again_and_resume_of_a_finished_run_says_so(tmp_path, capsys):
+    finished(tmp_path, "done", TableExecutor(FACTORS))
+    folder = RunFolder(tmp_path, "done")
+    report = folder.report
+    for path in (folder.report, folder.results, folder.best):
+        path.unlink(missing_ok=True)
+    assert main(["tune", "--runs-dir", str(tmp_path), "done", "review"]) == 0
+    assert "## Trials" in report.read_text() and folder.results.exists()
+    assert json.loads(folder.best.read_text())["knobs"]["padding"] == "padding_free"
+    assert main(["tune", "--runs-dir", str(tmp_path), "done", "resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert main(["tune", "--runs-dir", str(tmp_path), "nothing", "review"]) == 2
+    assert main(["tune", "--runs-dir", str(tmp_path), "done", "resume", "max_trials=3"]) == 2
