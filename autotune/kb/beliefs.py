@@ -204,9 +204,14 @@ def draw(beliefs: Beliefs, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    graph = beliefs.graph
+    graph = beliefs.graph.copy()
+    # Each claim hangs from the change it speaks of, so claims about one change sit together.
+    for node, data in list(graph.nodes(data=True)):
+        if data["kind"] == "claim":
+            graph.add_node(data["change"], kind="change")
+            graph.add_edge(node, data["change"], kind="about")
     colours = {"active": "#4c9a2a", "split": "#999999", "deleted": "#c0392b"}
-    layout = nx.spring_layout(graph, seed=0, k=1.2 / max(1, len(graph)) ** 0.5)
+    layout = nx.spring_layout(graph, seed=0, k=2.0 / max(1, len(graph)) ** 0.5, iterations=200)
     figure, axes = plt.subplots(figsize=(14, 10))
     claims = [n for n, d in graph.nodes(data=True) if d["kind"] == "claim"]
     changes = [n for n, d in graph.nodes(data=True) if d["kind"] == "change"]
@@ -216,14 +221,17 @@ def draw(beliefs: Beliefs, path: Path) -> Path:
                            alpha=[0.35 + 0.65 * graph.nodes[n]["confidence"] for n in claims])
     nx.draw_networkx_nodes(graph, layout, nodelist=changes, node_shape="s", node_color="#3b6fb6", ax=axes,
                            node_size=150)
-    styles = {"split_from": "solid", "enables": "dashed", "conflicts": "dotted"}
-    for kind, style in styles.items():
+    styles = {"about": ("solid", "#cccccc"), "split_from": ("solid", "black"), "enables": ("dashed", "#3b6fb6"),
+              "conflicts": ("dotted", "#c0392b")}
+    for kind, (style, colour) in styles.items():
         edges = [(u, v) for u, v, d in graph.edges(data=True) if d["kind"] == kind]
-        nx.draw_networkx_edges(graph, layout, edgelist=edges, style=style, ax=axes, arrows=True)
-    labels = {n: (f"{n}\n{graph.nodes[n]['change']}" if graph.nodes[n]["kind"] == "claim" else n) for n in graph}
+        nx.draw_networkx_edges(graph, layout, edgelist=edges, style=style, edge_color=colour, ax=axes,
+                               arrows=kind != "about")
+    labels = {n: (n if graph.nodes[n]["kind"] == "claim" else n) for n in graph}
     nx.draw_networkx_labels(graph, layout, labels=labels, font_size=7, ax=axes)
-    axes.set_title("beliefs: green active, grey split, red deleted; size = evidence, opacity = confidence; "
-                   "solid = split from, dashed = enables, dotted = conflicts", fontsize=9)
+    axes.set_title("beliefs: claims (circles: green active, grey split, red deleted; size = evidence, opacity = "
+                   "confidence) around the change they speak of (blue squares); black = split from, blue dashed = "
+                   "enables, red dotted = conflicts", fontsize=9)
     axes.axis("off")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110, bbox_inches="tight")
