@@ -74,7 +74,7 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
         job, modes = job_from_words(run, words)
     if "review" in modes:
         return review(run, job, runs_dir)
-    executor = get_executor(job.host)
+    executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python)
     from .display import Progress
     from .tuner import Tuner
 
@@ -88,6 +88,9 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
         outcome = tuner.run(resume="resume" in modes)
     finally:
         display.close()
+        close = getattr(executor, "close", None)
+        if close is not None:
+            close()
     write_results_tsv(tuner.folder, outcome.records)
     config = write_best_config(tuner.folder, job, outcome.best.knobs, tuner.script)
     write_report(tuner.folder, job, outcome, config)

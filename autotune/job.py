@@ -24,7 +24,10 @@ JOB_KEYS = {
     "max_len": "a whole number of tokens >= 8, for example max_len=2048",
     "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
     "method": "sft or lora",
-    "host": "local (user@host[:port] is recognised, but remote GPU boxes over SSH are not available yet)",
+    "host": "local, or user@host[:port] of a box reachable over SSH (trials run there; records stay here)",
+    "ssh_key": "a private key file for host= (default: the SSH agent, then ~/.ssh/id_*)",
+    "ssh_trust_new": "true to record an unknown host's key on first use (default false: it is refused)",
+    "ssh_python": "the Python on the remote box, with torch and transformers (default python3)",
     "gpu": "a label for the record, for example gpu=4090",
     "max_trials": "a whole number >= 1, for example max_trials=20",
     "time": "a duration like 90s, 30m, 2h or 1h30m",
@@ -67,6 +70,9 @@ class Job:
     seed: int = 0
     mem_limit: int | None = None
     mem_margin: float = 0.1
+    ssh_key: str = ""
+    ssh_trust_new: bool = False
+    ssh_python: str = "python3"
     script: str = ""
     script_configs: tuple[str, ...] = ()
     script_args: str = ""
@@ -241,8 +247,17 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
     port = host.rpartition(":")[2] if ":" in host else "22"
     if host != "local" and (not _HOST.match(host) or not 0 < int(port) < 65536):
         raise JobError(f"host={host!r}: expected {JOB_KEYS['host']}")
+    trust = pairs.get("ssh_trust_new", "false").lower()
+    if trust not in ("true", "false"):
+        raise JobError(f"ssh_trust_new={pairs['ssh_trust_new']!r}: expected true or false")
+    if "ssh_key" in pairs and not Path(pairs["ssh_key"]).expanduser().is_file():
+        raise JobError(f"ssh_key={pairs['ssh_key']!r}: no such file; expected {JOB_KEYS['ssh_key']}")
+    if host == "local" and any(k in pairs for k in ("ssh_key", "ssh_trust_new", "ssh_python")):
+        raise JobError("ssh_key, ssh_trust_new and ssh_python go with host=user@host[:port]")
     return dict(
         run=run, host=host, gpu=pairs.get("gpu", ""),
+        ssh_key=str(Path(pairs["ssh_key"]).expanduser()) if "ssh_key" in pairs else "",
+        ssh_trust_new=trust == "true", ssh_python=pairs.get("ssh_python", "python3"),
         max_trials=_whole("max_trials", pairs["max_trials"], 1) if "max_trials" in pairs else None,
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
         kb=pairs.get("kb", ""), seed=_whole("seed", pairs.get("seed", "0"), 0),

@@ -7,10 +7,14 @@ from .base import Executor
 from .local import LocalExecutor
 
 
-def get_executor(host: str) -> Executor:
+def get_executor(host: str, run: str = "", key: str = "", trust_new: bool = False, python: str = "python3") -> Executor:
     if host == "local":
         return LocalExecutor()
-    raise JobError(f"host={host!r}: remote hosts over SSH are not available in this version; use host=local")
+    if "@" not in host:
+        raise JobError(f"host={host!r}: expected local or user@host[:port]")
+    from .ssh import SSHExecutor  # paramiko only when a remote box is used
+
+    return SSHExecutor(host, run, key=key, trust_new=trust_new, python=python)
 
 
 __all__ = ["Executor", "LocalExecutor", "get_executor"]

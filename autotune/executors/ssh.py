@@ -1,0 +1,251 @@
+"""Trials on a remote box over SSH: the only module that imports paramiko.
+
+The knowledge base, the decisions and the run folder stay on the user's machine; the remote box gets
+the package and each trial's spec over SFTP, into `~/.autotune-remote/<run>/`, and runs the runner
+detached (`setsid nohup`) under a heartbeat launcher, so a trial survives a dropped connection. The
+executor polls under its own deadline: a connection that drops is re-established and the result
+recovered; a heartbeat that stops makes the trial a `crash` with that reason; at the deadline the
+remote process group is killed. One executor runs one trial at a time, so trials never share the GPU.
+
+Host keys are checked against `~/.ssh/known_hosts`: an unknown host is refused with the command that
+trusts it (or `ssh_trust_new=true`, which records the key on first use). Keys come from the agent,
+`~/.ssh/id_*`, or `ssh_key=PATH`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import socket
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import paramiko
+
+from ..errors import AutotuneError
+from ..runners.common import STDERR_TAIL
+
+CONNECT_TIMEOUT_S = 15
+KEEPALIVE_S = 15
+POLL_S = 1.0
+HEARTBEAT_TIMEOUT_S = 30.0
+_DROPPED = (paramiko.SSHException, OSError, EOFError, socket.error)
+
+
+def parse_host(host: str) -> tuple[str, str, int]:
+    user, _, rest = host.partition("@")
+    name, _, port = rest.partition(":")
+    return user, name, int(port or 22)
+
+
+def _package() -> bytes:
+    """The autotune package as a tar.gz, without caches."""
+    root = Path(__file__).resolve().parents[1]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.add(root, arcname="autotune", filter=lambda info: None if "__pycache__" in info.name else info)
+    return buffer.getvalue()
+
+
+class SSHExecutor:
+    def __init__(self, host: str, run: str, key: str = "", trust_new: bool = False, python: str = "python3",
+                 heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
+        self.host, self.run_name = host, run
+        self.user, self.hostname, self.port = parse_host(host)
+        self.key, self.trust_new, self.python = key, trust_new, python
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.client: paramiko.SSHClient | None = None
+        self.remote_run = ""
+        self.reconnects = 0
+
+    # -- connection -----------------------------------------------------------------------------
+    def connect(self) -> paramiko.SSHClient:
+        known = Path("~/.ssh/known_hosts").expanduser()
+        client = paramiko.SSHClient()
+        client.load_system_host_keys()
+        if known.exists():
+            client.load_host_keys(str(known))
+        client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if self.trust_new else paramiko.RejectPolicy())
+        try:
+            client.connect(self.hostname, self.port, self.user, key_filename=self.key or None, allow_agent=True,
+                           look_for_keys=True, timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
+                           auth_timeout=CONNECT_TIMEOUT_S)
+        except paramiko.SSHException as error:
+            if "not found in known_hosts" in str(error):
+                where = self.hostname if self.port == 22 else f"-p {self.port} {self.hostname}"
+                raise AutotuneError(f"host {self.host}: its host key is not in {known}; check it and trust it with "
+                                    f"`ssh-keyscan {where} >> {known}`, or add ssh_trust_new=true to record it on "
+                                    "first use") from None
+            raise AutotuneError(f"host {self.host}: {error}") from None
+        except OSError as error:
+            raise AutotuneError(f"host {self.host}: cannot connect ({error})") from None
+        if self.trust_new:
+            known.parent.mkdir(parents=True, exist_ok=True)
+            client.save_host_keys(str(known))
+        client.get_transport().set_keepalive(KEEPALIVE_S)
+        self.client = client
+        return client
+
+    def _reconnect(self, deadline: float) -> None:
+        while True:
+            try:
+                if self.client is not None:
+                    self.client.close()
+                self.connect()
+                self.reconnects += 1
+                return
+            except AutotuneError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+
+    def _exec(self, command: str, timeout: float = 60) -> str:
+        assert self.client is not None
+        _, stdout, stderr = self.client.exec_command(command, timeout=timeout)
+        code = stdout.channel.recv_exit_status()
+        out = stdout.read().decode()
+        if code:
+            raise AutotuneError(f"host {self.host}: `{command[:80]}` failed ({code}): {stderr.read().decode()[-500:]}")
+        return out
+
+    # -- the remote box ---------------------------------------------------------------------------
+    def prepare(self) -> dict[str, Any]:
+        """Connect, check the remote Python, torch, CUDA and disk, and send the package."""
+        self.connect()
+        probe = ("import json, shutil, sys, os\nfacts = {'python': sys.version.split()[0], "
+                 "'free_gb': shutil.disk_usage(os.path.expanduser('~')).free / 1e9, 'home': os.path.expanduser('~')}\n"
+                 "try:\n import torch\n facts.update(torch=torch.__version__, cuda=torch.cuda.is_available())\n"
+                 "except Exception as e:\n facts['torch_error'] = str(e)\n"
+                 "try:\n import transformers\n facts['transformers'] = transformers.__version__\n"
+                 "except Exception as e:\n facts['transformers_error'] = str(e)\nprint(json.dumps(facts))")
+        try:
+            facts = json.loads(self._exec(f"{shlex.quote(self.python)} -c {shlex.quote(probe)}").strip().splitlines()[-1])
+        except AutotuneError as error:
+            raise AutotuneError(f"host {self.host}: cannot run {self.python} there ({error}); give ssh_python=PATH "
+                                "of a Python 3.10+ with torch and transformers") from None
+        for missing in ("torch", "transformers"):
+            if f"{missing}_error" in facts:
+                raise AutotuneError(f"host {self.host}: {self.python} cannot import {missing} "
+                                    f"({facts[f'{missing}_error']}); install it there or give ssh_python=PATH")
+        if facts["free_gb"] < 1:
+            raise AutotuneError(f"host {self.host}: only {facts['free_gb']:.2f} GB free in {facts['home']}; free space")
+        self.remote_run = f"{facts['home']}/.autotune-remote/{self.run_name}"
+        self._exec(f"mkdir -p {shlex.quote(self.remote_run)}/pkg")
+        sftp = self.client.open_sftp()
+        with sftp.open(f"{self.remote_run}/pkg/autotune.tar.gz", "wb") as handle:
+            handle.write(_package())
+        sftp.close()
+        self._exec(f"cd {shlex.quote(self.remote_run)}/pkg && tar xzf autotune.tar.gz")
+        return facts
+
+    def close(self) -> None:
+        """Remove the remote run folder and hang up."""
+        if self.client is not None and self.remote_run:
+            try:
+                self._exec(f"rm -rf {shlex.quote(self.remote_run)}")
+            except (*_DROPPED, AutotuneError):
+                pass
+        if self.client is not None:
+            self.client.close()
+
+    # -- one trial --------------------------------------------------------------------------------
+    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+        if spec.get("runner", "hf") != "hf":
+            return {"state": "crash", "reason": "a user's script runs on this machine only (host=local)",
+                    "wall_s": 0.0, "exit_code": None}
+        if not self.remote_run:
+            self.prepare()
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        remote = f"{self.remote_run}/{trial_dir.name}"
+        spec = {**spec, "rows_path": f"{self.remote_run}/rows.json",
+                "model_config_path": f"{self.remote_run}/model_config.json"}
+        (trial_dir / "spec.json").write_text(json.dumps(spec))
+        started = time.monotonic()
+        deadline = started + timeout_s
+        while True:
+            try:
+                # A fresh folder each time: files left by an earlier attempt must not pass for this one's.
+                self._exec(f"rm -rf {shlex.quote(remote)} && mkdir -p {shlex.quote(remote)}")
+                sftp = self.client.open_sftp()
+                with sftp.open(f"{remote}/spec.json", "w") as handle:
+                    handle.write(json.dumps(spec))
+                sftp.close()
+                break
+            except _DROPPED:
+                self._reconnect(deadline)
+        launch = (f"cd {shlex.quote(remote)} && PYTHONPATH={shlex.quote(self.remote_run + '/pkg')} "
+                  f"setsid nohup {shlex.quote(self.python)} -m autotune.executors.heartbeat hf spec.json result.json "
+                  "heartbeat < /dev/null > launcher.log 2>&1 &")
+        try:
+            self._exec(launch)
+        except _DROPPED:
+            # Whether it started is unknown: the heartbeat says; one that never beats ends as a crash.
+            self._reconnect(deadline)
+        try:
+            return self._wait(remote, trial_dir, started, deadline)
+        except BaseException:
+            self._kill(remote)
+            raise
+
+    def _wait(self, remote: str, trial_dir: Path, started: float, deadline: float) -> dict[str, Any]:
+        last_beat, last_change = None, time.monotonic()
+        while True:
+            try:
+                sftp = self.client.open_sftp()
+                try:
+                    names = set(sftp.listdir(remote))
+                    if "exit_code" in names:
+                        return self._finish(sftp, remote, trial_dir, started, names)
+                    beat = sftp.stat(f"{remote}/heartbeat").st_mtime if "heartbeat" in names else None
+                finally:
+                    sftp.close()
+            except _DROPPED:
+                # The connection dropped: the trial runs on, detached. Come back and read its result.
+                self._reconnect(deadline + 60)
+                continue
+            now = time.monotonic()
+            if beat != last_beat:
+                last_beat, last_change = beat, now
+            elif now - last_change > self.heartbeat_timeout_s:
+                self._kill(remote)
+                return {"state": "crash", "wall_s": round(now - started, 3), "exit_code": None,
+                        "reason": f"the trial's heartbeat on {self.host} stopped for {self.heartbeat_timeout_s:.0f}s: "
+                                  "the process died or the box went away"}
+            if now > deadline:
+                self._kill(remote)
+                return {"state": "timeout", "reason": f"no result after {deadline - started:.0f}s; the trial was "
+                        "stopped", "wall_s": round(now - started, 3), "exit_code": None}
+            time.sleep(POLL_S)
+
+    def _finish(self, sftp: Any, remote: str, trial_dir: Path, started: float, names: set[str]) -> dict[str, Any]:
+        for name in ("stdout.txt", "stderr.txt"):
+            if name in names:
+                sftp.get(f"{remote}/{name}", str(trial_dir / name))
+        tail = (trial_dir / "stderr.txt").read_text(errors="replace")[-STDERR_TAIL:] \
+            if (trial_dir / "stderr.txt").exists() else ""
+        with sftp.open(f"{remote}/exit_code") as handle:
+            code = int(handle.read().decode().strip() or 1)
+        wall = round(time.monotonic() - started, 3)
+        if "result.json" in names:
+            with sftp.open(f"{remote}/result.json") as handle:
+                result = json.loads(handle.read().decode())
+            (trial_dir / "result.json").write_text(json.dumps(result))
+            result.update(wall_s=wall, exit_code=code)
+            if result["state"] == "crash":
+                result["stderr_tail"] = tail
+            return result
+        last = next((line for line in reversed(tail.splitlines()) if line.strip()), "no output")
+        if code == -9:
+            return {"state": "oom", "reason": "killed by SIGKILL without a result: most likely the out-of-memory "
+                    "killer", "stderr_tail": tail, "wall_s": wall, "exit_code": code}
+        return {"state": "crash", "reason": f"exit code {code}: {last[:300]}", "stderr_tail": tail, "wall_s": wall,
+                "exit_code": code}
+
+    def _kill(self, remote: str) -> None:
+        try:
+            self._exec(f"cd {shlex.quote(remote)} && test -f runner.pid && kill -9 -- -$(cat runner.pid) || true")
+        except (*_DROPPED, AutotuneError):
+            pass

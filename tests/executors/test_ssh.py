@@ -1,0 +1,121 @@
+"""The SSH executor against a real sshd on 127.0.0.1 (started here with a generated host key and a
+temporary known_hosts): a whole smoke tune through it, a connection cut mid-trial and recovered, an
+unknown host key refused with the way to trust it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from conftest import make_spec, tiny_job
+
+from autotune.errors import AutotuneError
+from autotune.executors.ssh import SSHExecutor
+
+pytestmark = pytest.mark.slow
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    if not Path(SSHD).exists():
+        pytest.fail("openssh-server is not installed (.ci/run installs it): the SSH tests need a real sshd")
+    root = tmp_path_factory.mktemp("sshd")
+    home = root / "home"
+    (home / ".ssh").mkdir(parents=True)
+    for path in (root / "host_key", home / ".ssh" / "id_ed25519"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    (root / "authorized_keys").write_text((home / ".ssh" / "id_ed25519.pub").read_text())
+    port = _free_port()
+    config = root / "sshd_config"
+    config.write_text("\n".join([
+        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {root / 'host_key'}",
+        f"AuthorizedKeysFile {root / 'authorized_keys'}", f"PidFile {root / 'sshd.pid'}", "UsePAM no",
+        "StrictModes no", "PermitRootLogin yes", "PasswordAuthentication no", "Subsystem sftp internal-sftp", ""]))
+    Path("/run/sshd").mkdir(exist_ok=True)
+    server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.2)
+    known = f"[127.0.0.1]:{port} " + " ".join((root / "host_key.pub").read_text().split()[:2]) + "\n"
+    yield SimpleNamespace(port=port, home=home, known=known, server=server,
+                          host=f"{os.environ.get('USER') or 'root'}@127.0.0.1:{port}")
+    server.terminate()
+    server.wait(timeout=10)
+
+
+@pytest.fixture
+def trusted(sshd, monkeypatch):
+    (sshd.home / ".ssh" / "known_hosts").write_text(sshd.known)
+    monkeypatch.setenv("HOME", str(sshd.home))
+    return sshd
+
+
+def test_an_unknown_host_key_is_refused_with_the_way_to_trust_it(sshd, monkeypatch):
+    (sshd.home / ".ssh" / "known_hosts").write_text("")
+    monkeypatch.setenv("HOME", str(sshd.home))
+    with pytest.raises(AutotuneError, match="ssh-keyscan -p .* ssh_trust_new=true"):
+        SSHExecutor(sshd.host, "x", python=sys.executable).connect()
+
+
+def test_a_whole_smoke_tune_runs_through_the_host(trusted, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", "remote", "model=tiny-qwen2",
+                           "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke", "max_trials=1",
+                           f"host={trusted.host}", f"ssh_python={sys.executable}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HOME": str(trusted.home), "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = (tmp_path / "runs" / "remote" / "experiments.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and '"decision": "baseline"' in lines[0]
+    assert not (Path.home() / ".autotune-remote" / "remote").exists()   # the remote folder was cleaned
+
+
+def _session_children(server_pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(server_pid)], capture_output=True, text=True).stdout
+    return [int(pid) for pid in out.split()]
+
+
+def test_a_connection_cut_mid_trial_is_reestablished_and_the_result_recovered(trusted, tmp_path):
+    executor = SSHExecutor(trusted.host, "cut", python=sys.executable)
+    try:
+        _cut_mid_trial(executor, trusted, tmp_path)
+    finally:
+        executor.close()
+
+
+def _cut_mid_trial(executor, trusted, tmp_path):
+    job = tiny_job()
+    frame = executor.run(make_spec(tmp_path, "frame", job=job, rows_needed=4 * 14), tmp_path / "frame", timeout_s=300)
+    assert frame["state"] == "complete", frame
+    spec = make_spec(tmp_path, job=job, rows_needed=4 * 14, measure_steps=8, warmup_max=4)
+    results: list[dict] = []
+    worker = threading.Thread(target=lambda: results.append(executor.run(spec, tmp_path / "001-001", 300)))
+    worker.start()
+    remote = Path(executor.remote_run) / "001-001"
+    deadline = time.monotonic() + 60
+    while not (remote / "heartbeat").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in _session_children(trusted.server.pid):   # the session's sshd child: the connection drops
+        os.kill(pid, signal.SIGKILL)
+    worker.join(timeout=300)
+    assert results and results[0]["state"] == "complete", results
+    assert executor.reconnects >= 1
