@@ -119,3 +119,27 @@ def _cut_mid_trial(executor, trusted, tmp_path):
     worker.join(timeout=300)
     assert results and results[0]["state"] == "complete", results
     assert executor.reconnects >= 1
+
+
+def test_a_trial_whose_heartbeat_stops_is_a_crash_with_the_reason(trusted, tmp_path):
+    executor = SSHExecutor(trusted.host, "beat", python=sys.executable, heartbeat_timeout_s=6)
+    try:
+        job = tiny_job()
+        assert executor.run(make_spec(tmp_path, "frame", job=job, rows_needed=4 * 14), tmp_path / "frame",
+                            timeout_s=300)["state"] == "complete"
+        spec = make_spec(tmp_path, job=job, rows_needed=4 * 14, measure_steps=8, warmup_max=4,
+                         inject_fault="hang")
+        results: list[dict] = []
+        worker = threading.Thread(target=lambda: results.append(executor.run(spec, tmp_path / "001-001", 300)))
+        worker.start()
+        remote = Path(executor.remote_run) / "001-001"
+        deadline = time.monotonic() + 60
+        while not (remote / "runner.pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        # The box "goes away" for this trial: launcher and runner die without a word.
+        subprocess.run(["pkill", "-9", "-f", f"autotune.executors.heartbeat hf spec.json"], check=False)
+        os.killpg(int((remote / "runner.pid").read_text()), signal.SIGKILL)
+        worker.join(timeout=120)
+        assert results and results[0]["state"] == "crash" and "heartbeat" in results[0]["reason"], results
+    finally:
+        executor.close()
