@@ -188,7 +188,11 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}), **x{outcome.speedup:.2f}** the baseline "
               "by the chain of interleaved comparisons of the kept changes",
               f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s", "",
-              "## Trials", "",
+              "## Plots", ""]
+    from .plots import write_plots
+
+    lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    lines += ["", "## Trials", "",
               "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in outcome.records:

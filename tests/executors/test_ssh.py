@@ -102,18 +102,24 @@ def test_a_connection_cut_mid_trial_is_reestablished_and_the_result_recovered(tr
         executor.close()
 
 
-def _cut_mid_trial(executor, trusted, tmp_path):
+def _trial_in_background(executor, tmp_path, waits_for: str, **fields):
+    """Frame, then a trial in a thread; returns (thread, results, remote folder) once `waits_for` exists."""
     job = tiny_job()
     frame = executor.run(make_spec(tmp_path, "frame", job=job, rows_needed=4 * 14), tmp_path / "frame", timeout_s=300)
     assert frame["state"] == "complete", frame
-    spec = make_spec(tmp_path, job=job, rows_needed=4 * 14, measure_steps=8, warmup_max=4)
+    spec = make_spec(tmp_path, job=job, rows_needed=4 * 14, measure_steps=8, warmup_max=4, **fields)
     results: list[dict] = []
     worker = threading.Thread(target=lambda: results.append(executor.run(spec, tmp_path / "001-001", 300)))
     worker.start()
     remote = Path(executor.remote_run) / "001-001"
     deadline = time.monotonic() + 60
-    while not (remote / "heartbeat").exists() and time.monotonic() < deadline:
+    while not (remote / waits_for).exists() and time.monotonic() < deadline:
         time.sleep(0.1)
+    return worker, results, remote
+
+
+def _cut_mid_trial(executor, trusted, tmp_path):
+    worker, results, _ = _trial_in_background(executor, tmp_path, "heartbeat")
     for pid in _session_children(trusted.server.pid):   # the session's sshd child: the connection drops
         os.kill(pid, signal.SIGKILL)
     worker.join(timeout=300)
@@ -124,18 +130,7 @@ def _cut_mid_trial(executor, trusted, tmp_path):
 def test_a_trial_whose_heartbeat_stops_is_a_crash_with_the_reason(trusted, tmp_path):
     executor = SSHExecutor(trusted.host, "beat", python=sys.executable, heartbeat_timeout_s=6)
     try:
-        job = tiny_job()
-        assert executor.run(make_spec(tmp_path, "frame", job=job, rows_needed=4 * 14), tmp_path / "frame",
-                            timeout_s=300)["state"] == "complete"
-        spec = make_spec(tmp_path, job=job, rows_needed=4 * 14, measure_steps=8, warmup_max=4,
-                         inject_fault="hang")
-        results: list[dict] = []
-        worker = threading.Thread(target=lambda: results.append(executor.run(spec, tmp_path / "001-001", 300)))
-        worker.start()
-        remote = Path(executor.remote_run) / "001-001"
-        deadline = time.monotonic() + 60
-        while not (remote / "runner.pid").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        worker, results, remote = _trial_in_background(executor, tmp_path, "runner.pid", inject_fault="hang")
         # The box "goes away" for this trial: launcher and runner die without a word.
         subprocess.run(["pkill", "-9", "-f", f"autotune.executors.heartbeat hf spec.json"], check=False)
         os.killpg(int((remote / "runner.pid").read_text()), signal.SIGKILL)

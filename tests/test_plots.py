@@ -1,0 +1,24 @@
+"""The run's plots: written next to the report, linked from it, showing every trial."""
+
+from __future__ import annotations
+
+from conftest import tiny_job
+from test_tuner import TableExecutor
+
+from autotune.report import best_config, write_report
+from autotune.tuner import Tuner
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_writes_its_plots_and_the_report_links_them(tmp_path):
+    states = {("padding", "longest"): "oom"}
+    tuner = Tuner(tiny_job("max_trials=4"), TableExecutor({("padding", "padding_free"): 2.0}, states=states), tmp_path)
+    outcome = tuner.run()
+    write_report(tuner.folder, tuner.job, outcome, best_config(tuner.job, outcome.best.knobs))
+    report = tuner.folder.report.read_text()
+    for name in ("progress", "memory"):
+        path = tuner.folder.path / f"{name}.png"
+        assert path.read_bytes()[:8] == PNG and path.stat().st_size > 5000
+        assert f"![{name}]({name}.png)" in report
+    assert any(r["state"] == "oom" for r in outcome.records)  # a failed trial is drawn on the axis, not dropped
