@@ -5,6 +5,7 @@ unknown host key refused with the way to trust it."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -86,7 +87,9 @@ def test_a_whole_smoke_tune_runs_through_the_host(trusted, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = (tmp_path / "runs" / "remote" / "experiments.jsonl").read_text().splitlines()
     assert len(lines) == 2 and '"decision": "baseline"' in lines[0]
-    assert not (Path.home() / ".autotune-remote" / "remote").exists()   # the remote folder was cleaned
+    remote_home = Path(pwd.getpwuid(os.getuid()).pw_dir)                 # the sshd session's HOME, not the test's
+    assert (remote_home / ".autotune-remote").exists()                   # the trials ran there ...
+    assert not (remote_home / ".autotune-remote" / "remote").exists()    # ... and their folder was cleaned
 
 
 def _session_children(server_pid: int) -> list[int]:
