@@ -38,7 +38,7 @@ def tune(tmp_path, run: str, *words: str) -> list[dict]:
 
 
 def test_a_second_similar_job_reaches_its_best_in_at_most_half_the_trials(tmp_path):
-    first = tune(tmp_path, "first", "max_len=256", "max_trials=5")
+    first = tune(tmp_path, "first", "max_len=256", "max_trials=4")
     needed_first = trials_to_best(first)
     second = tune(tmp_path, "second", "max_len=384", "max_trials=2")
     needed_second = trials_to_best(second)
