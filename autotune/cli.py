@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     tune = commands.add_parser("tune", help="run the whole loop on a job",
                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TUNE_EPILOG,
-                               usage="autotune tune RUN key=value ... [smoke]")
+                               usage="autotune tune RUN key=value ... [smoke] [fresh]  |  autotune tune RUN resume|review")
     tune.add_argument("run", metavar="RUN", help="name of the run; outputs go to runs/RUN/")
     tune.add_argument("words", nargs="*", metavar="key=value", help="the job (see keys below)")
     tune.add_argument("--runs-dir", default=os.environ.get("AUTOTUNE_RUNS", "runs"), help="where run folders go")
