@@ -110,11 +110,10 @@ def review(run: str, job: Any, runs_dir: str) -> int:
     if job.script:
         import shlex
 
-        from .script import ScriptAdapter, apply_args, discover
+        from .script import ScriptAdapter
 
-        found = discover(Path(job.script), [(Path(label).expanduser(), label) for label in job.script_configs])
-        apply_args(found, shlex.split(job.script_args))
-        script = ScriptAdapter.build(found, job.max_len, job.effective_batch)
+        script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args), None,
+                                          job.max_len, job.effective_batch)
     outcome, config, _ = rewrite(Path(runs_dir), run, script)
     print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
           f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")

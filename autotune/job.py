@@ -269,7 +269,7 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     """A job that runs the user's script: knobs, length and batch come from its configs and flags."""
     import shlex
 
-    from .script import ScriptAdapter, discover
+    from .script import ScriptAdapter
 
     script = Path(pairs["script"]).expanduser()
     if script.suffix != ".py" or not script.is_file():
@@ -287,11 +287,7 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
         args = shlex.split(pairs.get("script_args", ""))
     except ValueError as error:
         raise JobError(f"script_args: {error}; quote the arguments as one shell word") from None
-    from .script import apply_args
-
-    found = discover(script, [(Path(label).expanduser(), label) for label in labels])
-    apply_args(found, args)
-    adapter = ScriptAdapter.build(found,
+    adapter = ScriptAdapter.for_script(script, labels, args, None,
                                   _whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
                                   _whole("effective_batch", pairs["effective_batch"], 1)
                                   if "effective_batch" in pairs else None)

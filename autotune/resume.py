@@ -19,7 +19,6 @@ from typing import Any
 from .errors import JobError
 from .job import Job
 from .knobs import Knobs
-from .probes.timing import median
 from .reasoner import key
 from .records import RunFolder
 
@@ -44,13 +43,13 @@ def _drop_torn_tail(path: Path) -> None:
 
 def record_from_kb(trial: dict[str, Any]) -> dict[str, Any]:
     """The run-folder record of a trial the knowledge base holds."""
+    from .tuner import summarize
+
     measurements = trial.get("measurements") or []
     return {
         "run": trial["run"], "trial": trial["trial"], "change": trial["change"], "knobs": trial["knobs"],
         "state": trial["state"], "decision": trial["decision"], "reason": trial["reason"],
-        "measurements": measurements, "samples_per_s": trial.get("samples_per_s"),
-        "tokens_per_s": median([m["tokens_per_s"] for m in measurements]) if measurements else None,
-        "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements) if measurements else None,
+        "measurements": measurements, **summarize(measurements),
         "ratio": trial.get("ratio"), "interval": trial.get("interval"), "confidence": trial.get("confidence"),
         "incumbent_samples_per_s": trial.get("incumbent_samples_per_s"), "noise_floor": trial.get("noise_floor"),
         "parity": trial.get("parity"), "ceiling": measurements[0].get("ceiling") if measurements else None,

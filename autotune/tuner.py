@@ -48,6 +48,23 @@ TIMEOUT_FACTOR = 4
 MIN_TIMEOUT_S = 120
 
 
+def summarize(measurements: list[dict[str, Any]]) -> dict[str, Any]:
+    """A record's figures from its runs: median samples/s and tokens/s, the highest peak memory."""
+    if not measurements:
+        return {"samples_per_s": None, "tokens_per_s": None, "peak_memory_bytes": None}
+    return {"samples_per_s": median([m["samples_per_s"] for m in measurements]),
+            "tokens_per_s": median([m["tokens_per_s"] for m in measurements]),
+            "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements)}
+
+
+def kept_product(records: list[dict[str, Any]]) -> float:
+    product = 1.0
+    for record in records:
+        if record["decision"] == "keep":
+            product *= record["ratio"]
+    return product
+
+
 @dataclass
 class Incumbent:
     knobs: Knobs
@@ -91,11 +108,7 @@ class Outcome:
     def speedup(self) -> float:
         """Best against baseline as the product of the kept changes' interleaved ratios: each was
         measured side by side with its incumbent, so the machine's drift over the run cancels."""
-        product = 1.0
-        for record in self.records:
-            if record["decision"] == "keep":
-                product *= record["ratio"]
-        return product
+        return kept_product(self.records)
     folder: Path = field(default_factory=Path)
 
 
@@ -120,14 +133,12 @@ class Tuner:
         self.blocked: dict[tuple, set[str]] = {}
         self.script = None
         if job.script:
-            from .script import ScriptAdapter, apply_args, discover
+            from .script import ScriptAdapter
 
             # Config paths are as the user gave them, relative to where autotune was started.
             self.cwd = Path.cwd()
-            configs = [(self.cwd / Path(label).expanduser(), label) for label in job.script_configs]
-            found = discover(Path(job.script), configs)
-            apply_args(found, shlex.split(job.script_args))
-            self.script = ScriptAdapter.build(found, job.max_len, job.effective_batch)
+            self.script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args),
+                                                   self.cwd, job.max_len, job.effective_batch)
 
     # -- running one measurement -------------------------------------------------------------
     def _spec(self, kind: str, knobs: Knobs, trial: int, ceiling: bool = False) -> dict[str, Any]:
@@ -221,7 +232,8 @@ class Tuner:
         state = "oom" if results[0]["state"] == "oom" else ("complete" if complete else results[0]["state"])
         record = self._record(0, None, self.job.start, state,
                               "baseline", f"the user's config, measured {len(complete)} times in fresh processes; "
-                              f"A/A noise floor {floor:.2%}", complete, wall=sum(r["wall_s"] for r in results))
+                              f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
+                              wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
         if results[0]["state"] == "oom" or len(complete) < 2:
             failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
@@ -244,11 +256,8 @@ class Tuner:
             self.slowest_s = past["wall_s"] / max(1, len(past["measurements"]))
         record = self._record(0, None, self.job.start, "replayed", "baseline",
                               f"replayed from {past['experiment']} (same job, device and software; say `fresh` to "
-                              f"measure again); A/A noise floor {floor:.2%}", [], wall=0.0)
-        record.update(measurements=past["measurements"], samples_per_s=past["samples_per_s"], noise_floor=floor,
-                      replayed_from=past["experiment"],
-                      tokens_per_s=median([m["tokens_per_s"] for m in past["measurements"]]),
-                      peak_memory_bytes=max(m["peak_memory"]["bytes"] for m in past["measurements"]))
+                              f"measure again); A/A noise floor {floor:.2%}", past["measurements"], wall=0.0)
+        record.update(noise_floor=floor, replayed_from=past["experiment"])
         self._learn(record, self.job.start, None, incumbent.profile)
         self._append(record)
         self.measured.add(key(self.job.start))
@@ -348,7 +357,8 @@ class Tuner:
 
         def finish(decision: str, reason: str, state: str = "complete") -> Incumbent:
             complete = [r for r in results if r["state"] == "complete"]
-            record = self._record(trial, hypothesis.change, knobs, state, decision, reason, complete,
+            record = self._record(trial, hypothesis.change, knobs, state, decision, reason,
+                                  [r["measurement"] for r in complete],
                                   wall=sum(r["wall_s"] for r in results), stderr=first.get("stderr_tail"))
             record.update(incumbent_samples_per_s=incumbent.speed, noise_floor=floor, parity=parity_result,
                           ceiling=complete[0]["measurement"].get("ceiling") if complete else None)
@@ -399,15 +409,14 @@ class Tuner:
                 past: dict[str, Any], floor: float) -> Incumbent:
         """The same change on the same incumbent was measured for this job on this device and software."""
         record = self._record(trial, hypothesis.change, knobs, "replayed", past["decision"],
-                              f"replayed from {past['experiment']} ({past['state']}): {past['reason']}", [], wall=0.0)
-        record.update(measurements=past["measurements"], samples_per_s=past["samples_per_s"], ratio=past["ratio"],
+                              f"replayed from {past['experiment']} ({past['state']}): {past['reason']}",
+                              past["measurements"], wall=0.0)
+        record.update(ratio=past["ratio"],
                       interval=past["interval"], confidence=past["confidence"], parity=past["parity"],
                       incumbent_samples_per_s=incumbent.speed, noise_floor=floor, replayed_from=past["experiment"],
                       replayed_state=past["state"])
         if past["measurements"]:
-            record.update(tokens_per_s=median([m["tokens_per_s"] for m in past["measurements"]]),
-                          peak_memory_bytes=max(m["peak_memory"]["bytes"] for m in past["measurements"]),
-                          ceiling=past["measurements"][0].get("ceiling"))
+            record["ceiling"] = past["measurements"][0].get("ceiling")
         return self._conclude(record, hypothesis, incumbent, knobs, past["measurements"])
 
     def _conclude(self, record: dict[str, Any], hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
@@ -432,23 +441,14 @@ class Tuner:
         record["beliefs"] = self.memory.learn(record, incumbent, features, hypothesis)
 
     def _speedup(self) -> float:
-        product = 1.0
-        for record in self.records:
-            if record["decision"] == "keep":
-                product *= record["ratio"]
-        return product
+        return kept_product(self.records)
 
     # -- records ----------------------------------------------------------------------------
     def _record(self, trial: int, change: str | None, knobs: Knobs, state: str, decision: str, reason: str,
-                complete: list[dict[str, Any]], wall: float, stderr: str | None = None) -> dict[str, Any]:
-        measurements = [r["measurement"] for r in complete]
-        speeds = [m["samples_per_s"] for m in measurements]
+                measurements: list[dict[str, Any]], wall: float, stderr: str | None = None) -> dict[str, Any]:
         return {
             "run": self.job.run, "trial": trial, "change": change, "knobs": knobs.to_dict(), "state": state,
-            "decision": decision, "reason": reason, "measurements": measurements,
-            "samples_per_s": median(speeds) if speeds else None,
-            "tokens_per_s": median([m["tokens_per_s"] for m in measurements]) if measurements else None,
-            "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements) if measurements else None,
+            "decision": decision, "reason": reason, "measurements": measurements, **summarize(measurements),
             "ratio": None, "incumbent_samples_per_s": None, "noise_floor": None, "parity": None, "ceiling": None,
             "stderr_tail": stderr, "wall_s": round(wall, 3), "hypothesis": None, "beliefs": [], "replayed_from": None,
         }

@@ -8,6 +8,7 @@ setting beside it, so that micro x accumulation (the effective batch) stays what
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import JobError
@@ -52,6 +53,18 @@ class ScriptAdapter:
     max_len: int | None = None
     effective_batch: int | None = None
     notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def for_script(cls, script: Path, labels: tuple[str, ...] | list[str], args: list[str], cwd: Path | None = None,
+                   max_len: int | None = None, effective_batch: int | None = None) -> "ScriptAdapter":
+        """Discover the script's settings (configs as the user named them, relative to `cwd`), let its
+        own arguments override its defaults, and build the adapter."""
+        from .discover import apply_args, discover
+
+        base = cwd or Path.cwd()
+        found = discover(script, [(base / Path(label).expanduser(), label) for label in labels])
+        apply_args(found, args)
+        return cls.build(found, max_len, effective_batch)
 
     @classmethod
     def build(cls, discovery: Discovery, max_len: int | None = None,
