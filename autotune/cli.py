@@ -78,7 +78,7 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
     from .display import Progress
     from .tuner import Tuner
 
-    display = Progress()
+    display = Progress(max_trials=job.max_trials, time_budget_s=job.time_budget_s)
     tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env(), fresh="fresh" in modes)
     if tuner.script is not None:
         display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)

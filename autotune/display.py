@@ -1,45 +1,110 @@
-"""Live progress while trials run, and the final table (rich)."""
+"""Live progress while trials run, and the final table (rich).
+
+On a terminal a live line shows the trial (of how many), what is measured now, the time spent and
+the best so far, with one line printed per finished trial above it. When output is not a terminal
+(a log file, nohup, CI) nothing live is drawn: no spinner, no redraws, no colour codes, only the
+plain line per finished trial and the final table.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
 from rich.table import Table
 
 DECISION_STYLE = {"keep": "bold green", "discard": "dim", "baseline": "cyan"}
 
 
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
 class Progress:
-    def __init__(self, console: Console | None = None) -> None:
+    def __init__(self, console: Console | None = None, max_trials: int | None = None,
+                 time_budget_s: float | None = None) -> None:
         self.console = console or Console()
-        self.status = None
+        self.max_trials, self.time_budget_s = max_trials, time_budget_s
         self.started = time.monotonic()
+        self.live: Live | None = None
+        self.trial: int | None = None
+        self.label = ""
+        self.spinner = Spinner("dots")
+        self.baseline: float | None = None
+        self.best: float | None = None
+        self.best_trial = 0
+        self.speedup = 1.0
+
+    @property
+    def interactive(self) -> bool:
+        return self.console.is_terminal
 
     def _elapsed(self) -> str:
         return f"[{time.monotonic() - self.started:5.0f}s]"
 
+    def status_line(self) -> str:
+        """trial i of n, what runs now, time spent (of the budget), best so far."""
+        parts = []
+        if self.trial:
+            parts.append(f"trial {self.trial}" + (f" of {self.max_trials}" if self.max_trials else ""))
+        parts.append(self.label)
+        elapsed = _duration(time.monotonic() - self.started)
+        parts.append(f"{elapsed} of {_duration(self.time_budget_s)}" if self.time_budget_s else elapsed)
+        if self.best is not None:
+            parts.append(f"best x{self.speedup:.2f} ({self.best:.3f} samples/s, "
+                         + (f"trial {self.best_trial})" if self.best_trial else "baseline)"))
+        return " · ".join(parts)
+
+    def __rich__(self) -> RenderableType:
+        # Rendered on every refresh, so the elapsed time moves while a trial runs.
+        self.spinner.update(text=self.status_line())
+        return self.spinner
+
     def running(self, trial: int | None, label: str) -> None:
-        text = f"{self._elapsed()} {'trial ' + str(trial) + ': ' if trial else ''}{label}"
-        if self.status is None:
-            self.status = self.console.status(text)
-            self.status.start()
-        else:
-            self.status.update(text)
+        self.trial, self.label = trial or self.trial, label
+        if not self.interactive:
+            return
+        if self.live is None:
+            self.live = Live(self, console=self.console, refresh_per_second=4, transient=True)
+            self.live.start()
 
     def finished(self, record: dict[str, Any]) -> None:
+        if record["decision"] == "baseline":
+            self.baseline = self.best = record["samples_per_s"]
+        elif record["decision"] == "keep" and record.get("ratio"):
+            self.speedup *= record["ratio"]
+            self.best, self.best_trial = record["samples_per_s"], record["trial"]
         speed = f"{record['samples_per_s']:.3f} samples/s" if record["samples_per_s"] else record["state"]
         ratio = f" x{record['ratio']:.3f}" if record.get("ratio") else ""
         style = DECISION_STYLE.get(record["decision"], "")
         change = record["change"] or "baseline"
-        self.console.print(f"{self._elapsed()} #{record['trial']:<3} {change:<40} {speed}{ratio}  "
+        source = " (LLM)" if (record.get("hypothesis") or {}).get("source") == "llm" else ""
+        self.console.print(f"{self._elapsed()} #{record['trial']:<3} {change + source:<40} {speed}{ratio}  "
                            f"[{style}]{record['decision']}[/{style}]  {record['reason']}", highlight=False)
 
+    def llm(self, call: dict[str, Any]) -> None:
+        """One line per LLM call: what it proposed that passed, what was rejected, or why it failed."""
+        if call["state"] == "failed":
+            text = f"LLM {call['model']}: no proposal ({call['error']}); using the ranking"
+        else:
+            accepted = ", ".join(a["change"] for a in call["accepted"]) or "nothing usable"
+            text = (f"LLM {call['model']}: proposes {accepted}"
+                    + (f"; {len(call['rejected'])} rejected (see llm.jsonl)" if call["rejected"] else "")
+                    + (f"; {len(call['claims'])} new claim(s)" if call["claims"] else ""))
+        self.console.print(f"{self._elapsed()} {text}", highlight=False, soft_wrap=True)
+
     def close(self) -> None:
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
 
     def final_table(self, outcome: Any, folder: str) -> None:
         self.close()

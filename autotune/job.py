@@ -38,6 +38,9 @@ JOB_KEYS = {
     "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
     "script": "your training script (a .py file), run as it is; its knobs are read from its configs and flags",
     "script_configs": "the config files your script reads, comma-separated, for example script_configs=train.yaml",
+    "llm": "a model at the OpenAI-compatible server of OPENAI_BASE_URL (OpenAI's by default, key in "
+           "OPENAI_API_KEY) that proposes changes and claims before each trial; off unless given",
+    "llm_timeout": "how long to wait for one LLM answer, like 20s or 2m (default 60s; one retry)",
     "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
 }
 REQUIRED = ("model", "dataset", "max_len", "effective_batch")
@@ -76,6 +79,8 @@ class Job:
     script: str = ""
     script_configs: tuple[str, ...] = ()
     script_args: str = ""
+    llm: str = ""
+    llm_timeout_s: int = 60
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
 
@@ -262,7 +267,20 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
         kb=pairs.get("kb", ""), seed=_whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
-        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke)
+        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, **_llm(pairs))
+
+
+def _llm(pairs: dict[str, str]) -> dict[str, Any]:
+    model = pairs.get("llm", "").strip()
+    if "llm_timeout" in pairs and not model:
+        raise JobError("llm_timeout goes with llm=MODEL")
+    if model and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*", model):
+        raise JobError(f"llm={model!r}: expected {JOB_KEYS['llm']}")
+    try:
+        timeout = parse_duration(pairs["llm_timeout"]) if "llm_timeout" in pairs else 60
+    except JobError:
+        raise JobError(f"llm_timeout={pairs['llm_timeout']!r}: expected {JOB_KEYS['llm_timeout']}") from None
+    return {"llm": model, "llm_timeout_s": timeout}
 
 
 def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:

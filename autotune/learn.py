@@ -96,7 +96,7 @@ class Memory:
         gain = past["best"].get("speedup", 1.0)
         return Hypothesis(first[0], first[1], f"warm start: the best config of run {past['run']} "
                           f"({past['run_id']}, x{gain:.2f} over its baseline), a similar job on this kind of device",
-                          p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=())
+                          p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source="warm_start")
 
     # -- after a trial --------------------------------------------------------------------------
     def learn(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],
@@ -105,7 +105,7 @@ class Memory:
         self.experience.record_trial(self.run_id, self.identity, features, incumbent, record,
                                      hypothesis.to_dict() if hypothesis else None)
         outcome = outcome_of(record)
-        if hypothesis is None or outcome is None or hypothesis.reason.startswith("warm start"):
+        if hypothesis is None or outcome is None or hypothesis.source == "warm_start":
             return []
         experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
         # Read the beliefs again: another tuner sharing this folder may have changed them since.
@@ -115,6 +115,15 @@ class Memory:
                                   features=features, ratio=record["ratio"], outcome=outcome,
                                   claims=hypothesis.claims, run=self.run_id)
         events = self.beliefs.apply(observe(self.beliefs.claims(active_only=False), observation), run=self.run_id)
+        return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
+
+    def adopt(self, claims: list[Claim], why: str) -> list[dict[str, Any]]:
+        """New claims someone proposed (the LLM): written with the confidence they were given."""
+        from .kb.claims import Update
+
+        self.beliefs = Beliefs(self.store)
+        events = self.beliefs.apply([Update("create", c.id, why, children=(c,), run=self.run_id) for c in claims],
+                                    run=self.run_id)
         return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
 
     def finish(self, records: list[dict[str, Any]], best_knobs: Knobs, best_trial: int, speedup: float,

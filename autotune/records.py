@@ -25,6 +25,7 @@ class RunFolder:
         self.frame = self.path / "frame.json"
         self.rows = self.path / "rows.json"
         self.model_config = self.path / "model_config.json"
+        self.llm = self.path / "llm.jsonl"
 
     def trial_dir(self, name: str) -> Path:
         return self.path / "trials" / name
@@ -38,16 +39,23 @@ class RunFolder:
         write_json_atomic(self.job, job)
 
     def append_experiment(self, record: dict[str, Any]) -> None:
-        """One validated line; written with one write() on an O_APPEND file, then fsync'd."""
         record = {**record, "schema_version": 1, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        validate("experiment", record, str(self.experiments))
-        line = (json.dumps(record) + "\n").encode()
-        fd = os.open(self.experiments, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _append_line(self.experiments, "experiment", record)
+
+    def append_llm_call(self, record: dict[str, Any]) -> None:
+        _append_line(self.llm, "llm_call", {**record, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+
+    def read_llm_calls(self) -> list[dict[str, Any]]:
+        if not self.llm.exists():
+            return []
+        # A torn last line (a kill mid-write) loses that call's log, never the run.
+        calls = []
+        for line in self.llm.read_text().splitlines():
+            try:
+                calls.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return calls
 
     def read_experiments(self) -> list[dict[str, Any]]:
         records = []
@@ -65,3 +73,15 @@ class RunFolder:
 
     def write_state(self, state: dict[str, Any]) -> None:
         write_json_atomic(self.state, {"schema_version": 1, **state})
+
+
+def _append_line(path: Path, schema: str, record: dict[str, Any]) -> None:
+    """One validated line; written with one write() on an O_APPEND file, then fsync'd."""
+    validate(schema, record, str(path))
+    line = (json.dumps(record) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

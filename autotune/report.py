@@ -171,6 +171,34 @@ def _belief_lines(records: list[dict[str, Any]]) -> list[str]:
     return lines if len(lines) > 3 else []
 
 
+def _change_cell(record: dict[str, Any]) -> str:
+    if not record["change"]:
+        return "baseline"
+    proposer = (record.get("hypothesis") or {}).get("source")
+    return f"`{record['change']}`" + {"llm": " (LLM)", "warm_start": " (warm start)"}.get(proposer, "")
+
+
+def _llm_lines(calls: list[dict[str, Any]], job: Job) -> list[str]:
+    """What the LLM proposer was asked, what it said that was used, and what was rejected and why."""
+    if not calls:
+        return []
+    lines = ["", f"## LLM proposer (`{job.llm or calls[0]['model']}`)", "",
+             "Its proposals were checked against the schema, the catalog and this device before anything was "
+             "tried; nothing it wrote was executed. Its claims start at low confidence.", ""]
+    for call in calls:
+        head = f"- before trial {call['before_trial']} ({call['latency_s']:.1f} s): "
+        if call["state"] == "failed":
+            lines.append(head + f"failed, the ranking was used: {call['error']}")
+            continue
+        accepted = ", ".join(f"`{a['change']}`" for a in call["accepted"]) or "no usable change"
+        claims = f"; new claims {', '.join(f'`{c}`' for c in call['claims'])}" if call["claims"] else ""
+        lines.append(head + f"proposed {accepted}{claims}")
+        for rejected in call["rejected"]:
+            item = rejected["item"][:120].replace("`", "'")  # a backtick would end the code span early
+            lines.append(f"  - rejected `{item}`: {rejected['reason']}")
+    return lines
+
+
 def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
     baseline = outcome.baseline["samples_per_s"]
     best = outcome.best_speed
@@ -202,10 +230,11 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
         ratio = (f"{r['ratio']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if r["ratio"] and interval
                  else _fmt(r["ratio"], 3))
         lines.append("| " + " | ".join(_fmt(c, 2) for c in (
-            r["trial"], f"`{r['change']}`" if r["change"] else "baseline", r["state"], r["decision"],
+            r["trial"], _change_cell(r), r["state"], r["decision"],
             r["samples_per_s"], r.get("tokens_per_s"), _percent(last.get("mfu")), _percent(last.get("hfu")), ratio,
             peak / 2**20 if peak else None, r["reason"].replace("|", "/"))) + " |")
     lines += _belief_lines(outcome.records)
+    lines += _llm_lines(folder.read_llm_calls(), job)
     best_breakdown = (outcome.best_measurement or {}).get("breakdown")
     lines += ["", "## Where the time goes", "", _breakdown_line("baseline", outcome.frame.get("breakdown")),
               _breakdown_line("best", best_breakdown)]

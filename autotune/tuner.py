@@ -131,6 +131,11 @@ class Tuner:
         self.memory = Memory(job, fresh)
         # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
         self.blocked: dict[tuple, set[str]] = {}
+        self.llm = None
+        if job.llm:
+            from .reasoner.llm import LLMProposer, LLMSettings
+
+            self.llm = LLMProposer(LLMSettings.from_env(job.llm, job.llm_timeout_s))
         self.script = None
         if job.script:
             from .script import ScriptAdapter
@@ -314,6 +319,8 @@ class Tuner:
             if self.script is not None:
                 hypotheses, skipped = self._expressible(hypotheses, skipped)
             stop = self._budget_left(trial)
+            if not stop and warm is None and self.llm is not None and not self.llm.off:
+                hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
             if stop or not hypotheses:
                 stop_reason = stop or stop_reason
                 break
@@ -328,6 +335,29 @@ class Tuner:
                           stop_reason=stop_reason, wall_s=time.monotonic() - self.started, folder=self.folder.path,
                           best_measurement=best_record["measurements"][-1])
         return outcome
+
+    def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
+                 ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
+        """The LLM's checked proposals go first, the ranking after; its new claims join the beliefs."""
+        from .reasoner.llm import prompt_context
+
+        claims = self.memory.claims
+        context = prompt_context(features, incumbent.knobs, self.job.effective_batch, self.records, claims, ranked,
+                                 skipped, [r["change"] for r in self.records if r["change"]])
+        proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
+                                    self.measured, claims, features)
+        if self.script is not None:
+            proposal.hypotheses, cannot = self._expressible(proposal.hypotheses, [])
+            for change, why in cannot:
+                proposal.reject(change, f"your script has no setting for it: {why}")
+        if proposal.claims:
+            self.memory.adopt(proposal.claims, f"proposed by the LLM {self.job.llm} before trial {before_trial}")
+        record = proposal.record(before_trial, self.job.llm)
+        self.folder.append_llm_call(record)
+        if self.display:
+            self.display.llm(record)
+        proposed = {h.change for h in proposal.hypotheses}
+        return proposal.hypotheses + [h for h in ranked if h.change not in proposed]
 
     def _expressible(self, hypotheses: list[Hypothesis],
                      skipped: list[tuple[str, str]]) -> tuple[list[Hypothesis], list[tuple[str, str]]]:

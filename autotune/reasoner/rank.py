@@ -56,6 +56,7 @@ class Hypothesis:
     score: float = 0.0
     claims: tuple[str, ...] = ()
     also: tuple[tuple[str, Any], ...] = ()
+    source: str = "rank"                 # rank | warm_start | llm: who proposed it
 
     @property
     def changes(self) -> tuple[tuple[str, Any], ...]:
@@ -77,7 +78,7 @@ class Hypothesis:
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.change, "p_helps": round(self.p_helps, 4), "expected_ratio": round(self.expected_ratio, 4),
                 "cost": round(self.cost, 3), "score": round(self.score, 5), "claims": list(self.claims),
-                "rationale": self.reason}
+                "rationale": self.reason, "source": self.source}
 
 
 def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int) -> Iterable[Any]:

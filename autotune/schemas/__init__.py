@@ -9,7 +9,12 @@ from typing import Any
 
 from ..errors import RecordError
 
-NAMES = ("job", "knobs", "trial_spec", "measurement", "experiment")
+NAMES = ("job", "knobs", "trial_spec", "measurement", "experiment", "llm_proposal", "llm_call")
+
+
+def load(name: str) -> dict[str, Any]:
+    """One schema as a dict (to hand to a peer, such as an LLM's structured output)."""
+    return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text())
 
 
 @lru_cache(maxsize=1)
@@ -17,7 +22,7 @@ def _validators() -> dict[str, Any]:
     import jsonschema
     from referencing import Registry, Resource
 
-    schemas = {name: json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text()) for name in NAMES}
+    schemas = {name: load(name) for name in NAMES}
     registry = Registry().with_resources(
         (f"{name}.json", Resource.from_contents(schema)) for name, schema in schemas.items())
     return {name: jsonschema.Draft202012Validator(schema, registry=registry) for name, schema in schemas.items()}
