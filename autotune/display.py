@@ -31,7 +31,12 @@ def _duration(seconds: float) -> str:
 class Progress:
     def __init__(self, console: Console | None = None, max_trials: int | None = None,
                  time_budget_s: float | None = None) -> None:
-        self.console = console or Console()
+        if console is None:
+            console = Console()
+            if not console.is_terminal:
+                # A log has no width: 80 columns would cut the table's changes and wrap every line.
+                console = Console(width=160)
+        self.console = console
         self.max_trials, self.time_budget_s = max_trials, time_budget_s
         self.started = time.monotonic()
         self.live: Live | None = None
@@ -88,7 +93,8 @@ class Progress:
         change = record["change"] or "baseline"
         source = " (LLM)" if (record.get("hypothesis") or {}).get("source") == "llm" else ""
         self.console.print(f"{self._elapsed()} #{record['trial']:<3} {change + source:<40} {speed}{ratio}  "
-                           f"[{style}]{record['decision']}[/{style}]  {record['reason']}", highlight=False)
+                           f"[{style}]{record['decision']}[/{style}]  {record['reason']}", highlight=False,
+                           soft_wrap=not self.interactive)  # a log line stays one line, whatever the width
 
     def llm(self, call: dict[str, Any]) -> None:
         """One line per LLM call: what it proposed that passed, what was rejected, or why it failed."""
@@ -121,4 +127,4 @@ class Progress:
         baseline, best = outcome.baseline["samples_per_s"], outcome.best_speed
         self.console.print(f"baseline {baseline:.3f} samples/s -> best {best:.3f} samples/s "
                            f"([bold]x{outcome.speedup:.2f}[/bold] by interleaved comparisons); "
-                           f"report: {folder}/report.md", highlight=False)
+                           f"report: {folder}/report.md", highlight=False, soft_wrap=not self.interactive)

@@ -44,6 +44,10 @@ def test_demo_smoke_finds_a_faster_config_that_trains_the_same_thing(tmp_path):
     report = (folder / "report.md").read_text()
     assert "## Trials" in report and "## Best config" in report and "| MFU |" in report
     assert "## Where the time goes" in report
+    for name in ("progress", "breakdown", "memory"):
+        assert f"![{name}]({name}.png)" in report and (folder / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Output to a pipe is a log, not a terminal: no live line, no spinner frames, no escape codes.
+    assert "\x1b[" not in done.stdout and "\u280b" not in done.stdout and "trial 1 of" not in done.stdout
     # Measured, not assumed: the frame holds this CPU's measured peaks, the baseline's ceiling and breakdown.
     frame = json.loads((folder / "frame.json").read_text())
     assert frame["device"]["peaks"]["matmul_flops"]["fp32"] > 0 and frame["device"]["peaks"]["copy_bytes_per_s"] > 0
