@@ -171,6 +171,17 @@ def _belief_lines(records: list[dict[str, Any]]) -> list[str]:
     return lines if len(lines) > 3 else []
 
 
+def _chain_interval(records: list[dict[str, Any]]) -> str:
+    """The kept changes' intervals multiplied: a wider range than a joint interval, never a narrower one."""
+    kept = [r for r in records if r["decision"] == "keep"]
+    if not kept or any(not r.get("interval") for r in kept):
+        return ""
+    low = high = 1.0
+    for r in kept:
+        low, high = low * r["interval"][0], high * r["interval"][1]
+    return f", interval [{low:.2f}, {high:.2f}] (the kept changes' 95% intervals multiplied)"
+
+
 def _change_cell(record: dict[str, Any]) -> str:
     if not record["change"]:
         return "baseline"
@@ -214,7 +225,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
     lines += ["", "## Result", "",
               f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.2%})",
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}), **x{outcome.speedup:.2f}** the baseline "
-              "by the chain of interleaved comparisons of the kept changes",
+              "by the chain of interleaved comparisons of the kept changes" + _chain_interval(outcome.records),
               f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s", "",
               "## Plots", ""]
     from .plots import write_plots

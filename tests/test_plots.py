@@ -21,4 +21,5 @@ def test_a_run_writes_its_plots_and_the_report_links_them(tmp_path):
         path = tuner.folder.path / f"{name}.png"
         assert path.read_bytes()[:8] == PNG and path.stat().st_size > 5000
         assert f"![{name}]({name}.png)" in report
+    assert "the kept changes' 95% intervals multiplied" in report
     assert any(r["state"] == "oom" for r in outcome.records)  # a failed trial is drawn on the axis, not dropped
