@@ -38,6 +38,8 @@ JOB_KEYS = {
     "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
     "script": "your training script (a .py file), run as it is; its knobs are read from its configs and flags",
     "script_configs": "the config files your script reads, comma-separated, for example script_configs=train.yaml",
+    "only": "the knobs autotune may change, comma-separated, for example only=padding,per_device_train_batch_size "
+            "(default: every knob); the others stay as you set them",
     "llm": "a model at the OpenAI-compatible server of OPENAI_BASE_URL (OpenAI's by default, key in "
            "OPENAI_API_KEY) that proposes changes and claims before each trial; off unless given",
     "llm_timeout": "how long to wait for one LLM answer, like 20s or 2m (default 60s; one retry)",
@@ -79,6 +81,7 @@ class Job:
     script: str = ""
     script_configs: tuple[str, ...] = ()
     script_args: str = ""
+    only: tuple[str, ...] = ()
     llm: str = ""
     llm_timeout_s: int = 60
     smoke: bool = False
@@ -111,6 +114,7 @@ class Job:
         data = dataclasses.asdict(self)
         data["start"] = self.start.to_dict()
         data["script_configs"] = list(self.script_configs)
+        data["only"] = list(self.only)
         data["schema_version"] = 1
         return data
 
@@ -119,6 +123,7 @@ class Job:
         values = {k: v for k, v in data.items() if k != "schema_version"}
         values["start"] = Knobs.from_dict(values.get("start", {}))
         values["script_configs"] = tuple(values.get("script_configs", ()))
+        values["only"] = tuple(values.get("only", ()))
         return cls(**values)
 
 
@@ -267,7 +272,18 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
         kb=pairs.get("kb", ""), seed=_whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
-        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, **_llm(pairs))
+        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=_only(pairs), **_llm(pairs))
+
+
+def _only(pairs: dict[str, str]) -> tuple[str, ...]:
+    if "only" not in pairs:
+        return ()
+    names = tuple(n.strip() for n in pairs["only"].split(",") if n.strip())
+    unknown = [n for n in names if n not in CATALOG]
+    if not names or unknown:
+        raise JobError(f"only={pairs['only']!r}: {', '.join(unknown) or 'no knob'} is not a knob; "
+                       f"expected some of {', '.join(CATALOG)}")
+    return names
 
 
 def _llm(pairs: dict[str, str]) -> dict[str, Any]:

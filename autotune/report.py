@@ -216,7 +216,8 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
     lines = [f"# autotune run `{job.run}`", "",
              f"Job: model `{job.model}`, dataset `{job.dataset}`, max_len {job.max_len}, "
              f"effective_batch {job.effective_batch}, method {job.method}, host {job.host}"
-             + (", smoke (CPU dry run)" if job.smoke else "") + ".", "", "## Frame", ""]
+             + (", smoke (CPU dry run)" if job.smoke else "")
+             + (f"; only {', '.join(job.only)} may change" if job.only else "") + ".", "", "## Frame", ""]
     lines += _frame_lines(outcome.frame)
     if outcome.frame.get("script"):
         lines += ["", "## Your script", "", f"`{job.script}` with {', '.join(job.script_configs) or 'no config file'}; "

@@ -184,7 +184,8 @@ class Tuner:
                 return max(1.0, left), True
         return timeout, False
 
-    def _measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
+    def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
+        """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`)."""
         self.runs += 1
         if self.display:
             self.display.running(trial, label)
@@ -225,9 +226,9 @@ class Tuner:
         if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
             return self._replayed_baseline(past)
         # The first repeat also runs the worst-case batch: the user's config must fit before anything else.
-        results = [self._measure(self.job.start, 0, f"baseline 1/{self.steps.baseline_repeats}", True)]
+        results = [self.measure(self.job.start, 0, f"baseline 1/{self.steps.baseline_repeats}", True)]
         if results[0]["state"] != "oom":
-            results += [self._measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
+            results += [self.measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
                         for i in range(1, self.steps.baseline_repeats)]
         complete = [r for r in results if r["state"] == "complete"]
         incumbent = Incumbent(self.job.start, [], 0)
@@ -316,8 +317,7 @@ class Tuner:
             warm = self.memory.warm_start(incumbent.knobs, self.measured) if trial == 0 else None
             if warm is not None:
                 hypotheses.insert(0, warm)
-            if self.script is not None:
-                hypotheses, skipped = self._expressible(hypotheses, skipped)
+            hypotheses, skipped = self._allowed(hypotheses, skipped)
             stop = self._budget_left(trial)
             if not stop and warm is None and self.llm is not None and not self.llm.off:
                 hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
@@ -346,10 +346,9 @@ class Tuner:
                                  skipped, [r["change"] for r in self.records if r["change"]])
         proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
                                     self.measured, claims, features)
-        if self.script is not None:
-            proposal.hypotheses, cannot = self._expressible(proposal.hypotheses, [])
-            for change, why in cannot:
-                proposal.reject(change, f"your script has no setting for it: {why}")
+        proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
+        for change, why in cannot:
+            proposal.reject(change, why)
         if proposal.claims:
             self.memory.adopt(proposal.claims, f"proposed by the LLM {self.job.llm} before trial {before_trial}")
         record = proposal.record(before_trial, self.job.llm)
@@ -359,12 +358,20 @@ class Tuner:
         proposed = {h.change for h in proposal.hypotheses}
         return proposal.hypotheses + [h for h in ranked if h.change not in proposed]
 
-    def _expressible(self, hypotheses: list[Hypothesis],
-                     skipped: list[tuple[str, str]]) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
-        """Only changes the user's script has a setting for."""
+    def _allowed(self, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
+                 report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
+        """Only changes to knobs the user left to autotune (`only=`), and for a script, only those it
+        has a setting for. Knobs the user kept are dropped without a note, unless `report_only`."""
         kept = []
         for hypothesis in hypotheses:
-            why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v))), None)
+            held = next((k for k, _ in hypothesis.changes if self.job.only and k not in self.job.only), None)
+            if held:
+                if report_only:
+                    skipped.append((hypothesis.change, f"only={','.join(self.job.only)} keeps {held} as it is"))
+                continue
+            why = None
+            if self.script is not None:
+                why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v))), None)
             if why:
                 skipped.append((hypothesis.change, why))
             else:
@@ -380,7 +387,7 @@ class Tuner:
         past = self.memory.replay(incumbent.knobs, knobs)
         if past is not None:
             return self._replay(trial, hypothesis, incumbent, knobs, past, floor)
-        results = [self._measure(knobs, trial, f"{hypothesis.change} (1/2)", hypothesis.affects_memory)]
+        results = [self.measure(knobs, trial, f"{hypothesis.change} (1/2)", hypothesis.affects_memory)]
         first = results[0]
         verdict: stats.Comparison | None = None
         parity_result = None
@@ -414,9 +421,9 @@ class Tuner:
             return finish("discard", f"not faster after one run: {verdict.reason}")
         # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
         # verdict uses only this trial's incumbent runs (older ones would turn drift into a gain).
-        fresh = [self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)")]
-        results.append(self._measure(knobs, trial, f"{hypothesis.change} (2/2)"))
-        fresh.append(self._measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
+        fresh = [self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)")]
+        results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
+        fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
         fresh = [r for r in fresh if r["state"] == "complete"]
         for result in fresh:
             incumbent.add(result["measurement"])

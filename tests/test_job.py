@@ -179,3 +179,10 @@ def test_job_construction_validates_fields(field, value):
     values[field] = value
     with pytest.raises(JobError):
         Job(**values)
+
+
+def test_only_names_catalog_knobs():
+    job, _ = job_from_words("r", ["smoke", "only=padding, optim"])
+    assert job.only == ("padding", "optim") and Job.from_dict(job.to_dict()).only == ("padding", "optim")
+    with pytest.raises(JobError, match="max_len is not a knob"):
+        job_from_words("r", ["smoke", "only=padding,max_len"])

@@ -148,3 +148,14 @@ def test_a_baseline_that_cannot_run_stops_the_run_with_its_reason(tmp_path):
     with pytest.raises(AutotuneError, match="baseline config did not run: oom"):
         tune(tmp_path, Failing({}))
     assert RunFolder(tmp_path, "t").read_experiments()[0]["state"] == "oom"
+
+
+def test_only_lets_autotune_change_just_the_named_knobs(tmp_path):
+    job = tiny_job("max_trials=6", "only=per_device_train_batch_size,attn_implementation")
+    tuner = Tuner(job, TableExecutor({("padding", "padding_free"): 3.0, ("attn_implementation", "sdpa"): 1.5}),
+                  tmp_path)
+    outcome = tuner.run()
+    changed = {k for r in outcome.records[1:] for k, v in r["knobs"].items() if v != job.start.to_dict()[k]}
+    assert changed <= {"per_device_train_batch_size", "attn_implementation"} and outcome.records[1:]
+    assert outcome.best.knobs.padding == job.start.padding  # the big win was not the user's to give away
+    assert not any("only=" in why for _, why in outcome.skipped)

@@ -1,0 +1,96 @@
+"""A recorded table, and an executor that answers trials from it as the runner would have.
+
+Every strategy of the search benchmark sees the same thing for a config: the table's measurement,
+scaled by one run-to-run factor drawn from the A/A noise the recorder measured (seeded, so each seed
+is one possible night on that machine). autotune's tuner runs unchanged on top of `ReplayExecutor`:
+its screens, interleaved confirmations, parity checks and memory checks read the recorded step
+times, per-row losses and worst-case peaks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from pathlib import Path
+from typing import Any
+
+from autotune.knobs import Knobs
+from autotune.reasoner import key
+
+
+class Table:
+    def __init__(self, data: dict[str, Any], name: str = "") -> None:
+        self.data = data
+        self.name = name or data["workload"]
+        self.start = Knobs.from_dict(data["baseline"]["knobs"])
+        self.grid: dict[str, list] = data["grid"]
+        self.entries = {key(Knobs.from_dict(e["knobs"])): e for e in data["configs"]}
+        runs = [m["samples_per_s"] for m in data["baseline"]["measurements"]]
+        self.baseline_speed = statistics.median(runs)
+        # Run-to-run spread of one config on the recording machine (the A/A repeats of the baseline).
+        self.noise_cv = statistics.stdev(runs) / statistics.mean(runs) if len(runs) > 1 else 0.02
+        complete = [self.speed(Knobs.from_dict(e["knobs"])) for e in data["configs"]]
+        self.best_speed = max(s for s in complete if s is not None)
+
+    @classmethod
+    def load(cls, path: Path) -> "Table":
+        return cls(json.loads(Path(path).read_text()), Path(path).stem)
+
+    @property
+    def configs(self) -> list[Knobs]:
+        """Every config recorded, in grid order."""
+        return [Knobs.from_dict(e["knobs"]) for e in self.data["configs"]]
+
+    def entry(self, knobs: Knobs) -> dict[str, Any] | None:
+        return self.entries.get(key(knobs))
+
+    def speed(self, knobs: Knobs) -> float | None:
+        """The recorded samples/s (None when the config did not complete or is not in the table)."""
+        entry = self.entry(knobs)
+        if entry is None or entry["state"] != "complete":
+            return None
+        return entry["measurement"]["samples_per_s"]
+
+    def ratio(self, knobs: Knobs) -> float:
+        return (self.speed(knobs) or 0.0) / self.baseline_speed
+
+    def observe(self, knobs: Knobs, rng: random.Random) -> float | None:
+        """One noisy run's samples/s, as a strategy that measured the config would see it."""
+        speed = self.speed(knobs)
+        return None if speed is None else speed / self.factor(rng)
+
+    def factor(self, rng: random.Random) -> float:
+        """A run's slowdown factor: the same kind of run-to-run noise the recorder measured."""
+        return max(0.5, rng.gauss(1.0, self.noise_cv))
+
+
+class ReplayExecutor:
+    """The executor protocol (`run(spec, trial_dir, timeout_s)`), answered from a table."""
+
+    def __init__(self, table: Table, seed: int) -> None:
+        self.table = table
+        self.rng = random.Random(seed)
+        self.runs_by_trial: dict[int, int] = {}
+
+    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+        if spec["kind"] == "frame":
+            return {"state": "complete", "reason": "", "frame": self.table.data["frame"], "wall_s": 0.0}
+        # The tuner names a run's folder NNN-MMM after its trial: device runs are counted per trial.
+        trial = int(trial_dir.name[:3]) if trial_dir.name[:3].isdigit() else 0
+        self.runs_by_trial[trial] = self.runs_by_trial.get(trial, 0) + 1
+        knobs = Knobs.from_dict(spec["knobs"])
+        entry = self.table.entry(knobs)
+        if entry is None:
+            # The strategies are told the grid; a config outside it is a bug in the benchmark, not a result.
+            raise KeyError(f"{self.table.name}: config not in the table: {knobs.to_dict()}")
+        if entry["state"] != "complete":
+            return {"state": entry["state"], "reason": entry["reason"], "wall_s": entry["wall_s"]}
+        factor = self.table.factor(self.rng)
+        recorded = entry["measurement"]
+        measurement = {**recorded, "step_times_s": [t * factor for t in recorded["step_times_s"]],
+                       "samples_per_s": recorded["samples_per_s"] / factor,
+                       "tokens_per_s": recorded["tokens_per_s"] / factor}
+        if not spec.get("ceiling"):
+            measurement.pop("ceiling", None)
+        return {"state": "complete", "reason": "", "measurement": measurement, "wall_s": entry["wall_s"] * factor}

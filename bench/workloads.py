@@ -1,0 +1,96 @@
+"""The workloads the search benchmark is measured on, and the knob grid recorded for each.
+
+A grid lists, per knob, the values recorded; every combination that can run on the device is one
+config of the table (a value the start already has is in every list). Knobs left out of a grid keep
+the start's value in every config, and the strategies are told the same grid, so none of them can
+propose what the table does not hold.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from autotune.knobs import NAIVE_START, Knobs, not_applicable
+
+CPU_GRID: dict[str, tuple] = {
+    "padding": ("max_length", "longest", "padding_free"),
+    "per_device_train_batch_size": (1, 2, 4, 8),
+    "attn_implementation": ("eager", "sdpa"),
+    "gradient_checkpointing": (False, True),
+    "optim": ("adamw_torch", "adamw_torch_fused"),
+    "group_by_length": (False, True),
+}
+# Fewer knobs on the GPU: the whole table must be recorded within 8 minutes of one H200.
+GPU_GRID: dict[str, tuple] = {
+    "padding": ("max_length", "padding_free"),
+    "per_device_train_batch_size": (1, 2, 4, 8),
+    "attn_implementation": ("eager", "sdpa", "flash_attention_2"),
+    "precision": ("fp32", "bf16"),
+    "gradient_checkpointing": (False, True),
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    words: tuple[str, ...]           # `autotune tune` key=value words, without the run name
+    grid: dict[str, tuple] = field(default_factory=lambda: dict(CPU_GRID))
+    data: str = ""                   # a dataset the recorder writes first (see write_data)
+    device: str = "cpu"
+
+    def job_words(self, data_dir: Path) -> list[str]:
+        words = list(self.words)
+        if self.data:
+            words.append(f"dataset={write_data(self.data, data_dir)}")
+        return words
+
+
+def write_data(kind: str, folder: Path) -> Path:
+    """Seeded local data the hub cannot give offline: rows of nearly one length (no padding to save)."""
+    if kind != "short_uniform":
+        raise ValueError(f"unknown data kind {kind!r}")
+    rng = random.Random(0)
+    path = folder / "short_uniform.jsonl"
+    words = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta"]
+    with path.open("w") as handle:
+        for _ in range(512):
+            text = " ".join(rng.choice(words) for _ in range(200))[: rng.randint(56, 62)]
+            handle.write(json.dumps({"text": text}) + "\n")
+    return path
+
+
+CPU_WORKLOADS = (
+    # Short rows of nearly one length: padding is nearly free, the micro-batch split is what matters.
+    Workload("cpu-short-uniform", ("model=tiny-qwen2", "max_len=64", "effective_batch=8"), data="short_uniform"),
+    # Chat-like lengths with a long tail, padded to max_len: most of each batch is padding.
+    Workload("cpu-long-tail", ("model=tiny-qwen2", "dataset=synthetic", "max_len=512", "effective_batch=8")),
+    # LoRA on the same kind of data: far fewer trainable parameters, so the optimizer costs little.
+    Workload("cpu-lora", ("model=tiny-llama", "dataset=synthetic", "max_len=256", "effective_batch=8",
+                          "method=lora")),
+)
+GPU_WORKLOADS = (
+    Workload("gpu-long-tail", ("model=qwen2.5-0.5b-shape", "dataset=synthetic", "max_len=1024",
+                               "effective_batch=8"), grid=dict(GPU_GRID), device="gpu"),
+)
+WORKLOADS = {w.name: w for w in CPU_WORKLOADS + GPU_WORKLOADS}
+
+
+def configs(grid: dict[str, tuple], start: Knobs, device: dict[str, Any], effective_batch: int) -> Iterator[Knobs]:
+    """Every combination of the grid that can run here, in grid order (the first value of each knob first)."""
+    names = list(grid)
+    for values in itertools.product(*(grid[n] for n in names)):
+        knobs = Knobs.from_dict({**start.to_dict(), **dict(zip(names, values))})
+        if applicable(knobs, device, effective_batch):
+            yield knobs
+
+
+def applicable(knobs: Knobs, device: dict[str, Any], effective_batch: int) -> bool:
+    """Can this whole config run here? Each setting that differs from the naive start is checked in the
+    context of the rest of the config (group_by_length needs padding=longest, flash attention bf16)."""
+    return all(not_applicable(name, value, knobs, device, effective_batch) is None
+               for name, value in knobs.to_dict().items() if NAIVE_START.get(name) != value)
