@@ -22,7 +22,7 @@ from .knobs import Knobs
 from .probes import parity, stats
 from .probes.timing import median
 from .learn import Memory
-from .reasoner import Hypothesis, key, rank
+from .reasoner import Hypothesis, key, pooled, rank
 from .records import RunFolder
 from .io import write_json_atomic
 
@@ -318,6 +318,10 @@ class Tuner:
             if warm is not None:
                 hypotheses.insert(0, warm)
             hypotheses, skipped = self._allowed(hypotheses, skipped)
+            if not hypotheses:
+                combined = pooled(incumbent.knobs, self.records, frame["device"], self.job.effective_batch,
+                                  self.measured)
+                hypotheses = self._allowed([combined], skipped)[0] if combined else []
             stop = self._budget_left(trial)
             if not stop and warm is None and self.llm is not None and not self.llm.off:
                 hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)

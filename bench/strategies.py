@@ -90,12 +90,11 @@ def optuna_tpe(table: Table, seed: int, trials: int) -> Trace:
         if table.entry(knobs) is None:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             continue
-        if key(knobs) in greedy.seen:
-            seen = greedy.seen[key(knobs)]
-            study.tell(trial, seen) if seen is not None else study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            continue
-        observed = greedy.measure(knobs)
-        study.tell(trial, observed) if observed is not None else study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        observed = greedy.seen[key(knobs)] if key(knobs) in greedy.seen else greedy.measure(knobs)
+        if observed is None:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)  # it ran and failed (OOM, crash)
+        else:
+            study.tell(trial, observed)
     return greedy.trace
 
 
@@ -158,7 +157,7 @@ def learn_from(tables: list[Table], trials: int, kb: Path) -> None:
 def _job(table: Table, trials: int, kb: Path) -> Job:
     job = Job.from_dict(table.data["job"])
     return dataclasses.replace(job, run=f"bench-{table.name}", max_trials=trials, time_budget_s=None, kb=str(kb),
-                               knobs=tuple(table.grid), smoke=False, llm="")
+                               only=tuple(table.grid), smoke=False, llm="")
 
 
 PEERS: dict[str, Callable[[Table, int, int], Trace]] = {

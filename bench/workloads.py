@@ -70,7 +70,7 @@ CPU_WORKLOADS = (
     # Chat-like lengths with a long tail, padded to max_len: most of each batch is padding.
     Workload("cpu-long-tail", ("model=tiny-qwen2", "dataset=synthetic", "max_len=512", "effective_batch=8")),
     # LoRA on the same kind of data: far fewer trainable parameters, so the optimizer costs little.
-    Workload("cpu-lora", ("model=tiny-llama", "dataset=synthetic", "max_len=256", "effective_batch=8",
+    Workload("cpu-lora", ("model=tiny-qwen2", "dataset=synthetic", "max_len=256", "effective_batch=8",
                           "method=lora")),
 )
 GPU_WORKLOADS = (

@@ -56,7 +56,7 @@ class Hypothesis:
     score: float = 0.0
     claims: tuple[str, ...] = ()
     also: tuple[tuple[str, Any], ...] = ()
-    source: str = "rank"                 # rank | warm_start | llm: who proposed it
+    source: str = "rank"                 # rank | warm_start | llm | pooled: who proposed it
 
     @property
     def changes(self) -> tuple[tuple[str, Any], ...]:
@@ -273,6 +273,39 @@ def _target_value(knob: str, text: str, incumbent: Knobs, effective_batch: int) 
     if text in ("True", "true", "False", "false"):
         return text.lower() == "true"
     return text
+
+
+def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
+           measured: set[tuple]) -> Hypothesis | None:
+    """Once every single change has been tried: those that measured faster than this incumbent but
+    within the noise floor, made together. Gains each too small to tell from noise can add up to one
+    that is not; measured together, the combination is judged like any change.
+
+    Only records of single changes on top of this incumbent count (a record's config differs from
+    the incumbent in exactly the knob it changed), the best value per knob, those that apply together.
+    """
+    best: dict[str, tuple[float, Any]] = {}
+    for record in records:
+        state = record.get("replayed_state") or record["state"]
+        if record["decision"] != "discard" or state != "complete" or not record.get("ratio") or record["ratio"] <= 1:
+            continue
+        diff = incumbent.diff(Knobs.from_dict(record["knobs"]))
+        if len(diff) != 1 or "+" in (record["change"] or ""):
+            continue
+        (knob, (_, value)), = diff.items()
+        if knob not in best or record["ratio"] > best[knob][0]:
+            best[knob] = (record["ratio"], value)
+    changes, current, gain = [], incumbent, 1.0
+    for knob, (ratio, value) in sorted(best.items(), key=lambda item: -item[1][0]):
+        if not_applicable(knob, value, current, device, effective_batch) is None:
+            changes.append((knob, value))
+            current, gain = current.with_change(knob, value), gain * ratio
+    if len(changes) < 2 or key(current) in measured:
+        return None
+    (knob, value), *rest = changes
+    shown = ", ".join(f"{k}={v} x{best[k][0]:.3f}" for k, v in changes)
+    return Hypothesis(knob, value, f"each alone measured faster but within the noise floor ({shown}); together "
+                      "they may clear it", p_helps=0.5, expected_ratio=gain, also=tuple(rest), source="pooled")
 
 
 def key(knobs: Knobs) -> tuple:

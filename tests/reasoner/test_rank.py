@@ -98,3 +98,27 @@ def test_ready_order_follows_the_catalog_largest_effects_first():
     assert first["padding"] < first["per_device_train_batch_size"] < first["attn_implementation"] \
         < first["precision"] < first["torch_compile"]
     assert knobs_in_order[-1] == "torch_compile"
+
+
+def _screened(knobs: Knobs, change: str, ratio: float, decision: str = "discard", state: str = "complete") -> dict:
+    return {"change": change, "knobs": knobs.to_dict(), "decision": decision, "state": state, "ratio": ratio}
+
+
+def test_changes_each_faster_within_the_noise_are_pooled_once_the_singles_are_spent():
+    from autotune.reasoner import pooled
+
+    start = Knobs()
+    records = [_screened(start, None, None, "baseline"),
+               _screened(start.with_change("per_device_train_batch_size", 2), "per_device_train_batch_size=2", 1.07),
+               _screened(start.with_change("padding", "longest"), "padding=longest", 1.10),
+               _screened(start.with_change("padding", "padding_free"), "padding=padding_free", 1.04),  # same knob
+               _screened(start.with_change("attn_implementation", "sdpa"), "attn_implementation=sdpa", 0.90),
+               _screened(start.with_change("optim", "adamw_torch_fused"), "optim=adamw_torch_fused", 1.2, state="oom")]
+    combined = pooled(start, records, CPU, 16, {key(start)})
+    assert combined.source == "pooled" and combined.change == "padding=longest+per_device_train_batch_size=2"
+    assert combined.expected_ratio == pytest.approx(1.10 * 1.07)
+    # Measured already, or fewer than two to pool: nothing more to try.
+    assert pooled(start, records, CPU, 16, {key(combined.apply(start))}) is None
+    assert pooled(start, records[:2], CPU, 16, set()) is None
+    # Records made on another incumbent do not count for this one.
+    assert pooled(start.with_change("gradient_checkpointing", True), records, CPU, 16, set()) is None

@@ -1,0 +1,80 @@
+"""The search benchmark's parts, on the recorded tables: the tables hold what they say, every strategy
+stays inside a table's grid, and the score counts what it claims to."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.replay import ReplayExecutor, Table
+from bench.search import ratio_at, runs_to_best, trials_to_best
+from bench.strategies import PEERS, Trace, autotune_search, learn_from
+from bench.workloads import WORKLOADS, configs
+
+TABLES = sorted((Path(__file__).parents[2] / "bench" / "tables").glob("cpu-*.json"))
+
+
+@pytest.fixture(scope="module")
+def table() -> Table:
+    return Table.load(next(p for p in TABLES if p.stem == "cpu-long-tail"))
+
+
+def test_the_cpu_tables_hold_every_config_of_their_grid_measured_for_real():
+    assert len(TABLES) >= 3
+    shapes = set()
+    for path in TABLES:
+        table = Table.load(path)
+        data = table.data
+        grid = list(configs(WORKLOADS[table.name].grid, table.start, data["frame"]["device"],
+                            data["job"]["effective_batch"]))
+        assert data["complete"] and [c["knobs"] for c in data["configs"]] == [k.to_dict() for k in grid]
+        for config in data["configs"]:
+            if config["state"] == "complete":
+                measurement = config["measurement"]
+                assert measurement["step_times_s"] and measurement["parity_losses"] and measurement["ceiling"]
+        assert len(data["baseline"]["measurements"]) == 3 and table.best_speed > table.baseline_speed
+        features = data["features"]
+        shapes.add((features["method"], features["padding_share"] > 0.5, features["length_spread"] > 2))
+    assert len(shapes) == len(TABLES)  # short uniform rows, a long tail, LoRA: different shapes
+
+
+def test_each_peer_measures_only_the_tables_configs_and_picks_the_best_it_saw(table):
+    for name, strategy in PEERS.items():
+        trace = strategy(table, 3, 16)
+        assert 0 < len(trace.picks) <= 16, name
+        assert all(table.entry(pick) is not None for pick in trace.picks), name
+        assert trace.runs == sorted(set(trace.runs)), name  # one run per trial, after the baseline's
+
+
+def test_autotune_runs_unchanged_on_the_table_inside_its_grid(table):
+    trace = autotune_search(table, 0, 6)  # the replay executor raises on a config outside the table
+    assert 0 < len(trace.picks) <= 6 and all(table.entry(p) is not None for p in trace.picks)
+    assert trace.runs[0] >= 4  # three baseline runs, then at least the screen of trial 1
+    assert table.ratio(trace.picks[-1]) > 1.5
+
+
+def test_the_score_counts_trials_until_the_pick_is_within_five_percent_of_the_best(table):
+    best = max(table.configs, key=lambda k: table.speed(k) or 0)
+    trace = Trace(picks=[table.start, table.start, best, best], runs=[4, 5, 9, 12])
+    assert trials_to_best(table, trace) == 3 and runs_to_best(table, trace) == 9
+    assert ratio_at(table, trace, 2) == pytest.approx(1.0, abs=0.2) and ratio_at(table, trace, 8) == table.ratio(best)
+    assert trials_to_best(table, Trace(picks=[table.start] * 4, runs=[2, 3, 4, 5])) == math.inf
+
+
+def test_the_replay_adds_run_to_run_noise_of_the_recorded_size(table):
+    executor = ReplayExecutor(table, 0)
+    speeds = [executor.run({"kind": "trial", "knobs": table.start.to_dict()}, Path(f"{i:03d}-001"), 60)
+              ["measurement"]["samples_per_s"] for i in range(200)]
+    spread = (max(speeds) - min(speeds)) / table.speed(table.start)
+    assert 0 < spread < 12 * table.noise_cv and executor.runs_by_trial[5] == 1
+
+
+def test_the_warm_knowledge_base_holds_the_other_tables_runs_only(table, tmp_path):
+    others = [Table.load(p) for p in TABLES if p.stem != table.name]
+    learn_from(others, 4, tmp_path / "kb")
+    from autotune.kb.store import Store
+
+    runs = Store(tmp_path / "kb").all("runs")
+    assert sorted(r["job"]["run"] for r in runs) == sorted(f"bench-{t.name}" for t in others)
