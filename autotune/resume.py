@@ -80,6 +80,9 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
             records.append(record)
             done.add(orphan["trial"])
     tuner.records = records
+    if tuner.display:
+        for record in records:  # the trials so far, and the best so far for the live line
+            tuner.display.finished(record)
     if not records:  # killed before the baseline finished: start the measuring over
         frame, incumbent, base, floor = tuner.begin()
         return frame, incumbent, base, floor, 0

@@ -139,6 +139,26 @@ def refine(workload: Workload, path: Path, top: int, repeats: int, steps: int = 
     return path
 
 
+def aa(workload: Workload, path: Path, runs: int, steps: int = 4) -> Path:
+    """The user's config measured `runs` times back to back: the short-term run-to-run noise that an
+    interleaved comparison sees (slow drift between runs far apart cancels in one, so a replay, which
+    has no drift, must not draw it as noise)."""
+    table = json.loads(path.read_text())
+    with session(workload, steps) as (tuner, _):
+        tuner.frame()
+        speeds = []
+        with _progress(f"{workload.name} (A/A)") as progress:
+            task = progress.add_task("", total=runs)
+            for _ in range(runs):
+                result = tuner.measure(tuner.job.start, 1, "A/A")
+                if result["state"] == "complete":
+                    speeds.append(result["measurement"]["samples_per_s"])
+                progress.advance(task)
+    table["aa_samples_per_s"] = speeds
+    write_json_atomic(path, table)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", action="append", choices=sorted(WORKLOADS),
@@ -150,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refine", type=int, default=24, metavar="TOP",
                         help="then measure the TOP fastest configs again (default 24; 0: no)")
     parser.add_argument("--repeats", type=int, default=2, help="extra runs of each refined config")
-    parser.add_argument("--refine-only", action="store_true", help="refine the existing tables, record nothing")
+    parser.add_argument("--aa", type=int, default=8, help="then runs of the user's config back to back (A/A)")
+    parser.add_argument("--refine-only", action="store_true",
+                        help="refine the existing tables and measure their A/A runs; record nothing")
     args = parser.parse_args(argv)
     if args.workload:
         chosen = [WORKLOADS[name] for name in args.workload]
@@ -162,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             path = record(workload, args.out, args.budget_s, args.steps)
         if args.refine:
             refine(workload, path, args.refine, args.repeats, args.steps)
+        if args.aa:
+            aa(workload, path, args.aa, args.steps)
         table = json.loads(path.read_text())
         done = sum(c["state"] == "complete" for c in table["configs"])
         print(f"{path}: {len(table['configs'])} configs ({done} complete) in {table['record_wall_s']:.0f}s"

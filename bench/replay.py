@@ -29,9 +29,12 @@ class Table:
         self.entries = {key(Knobs.from_dict(e["knobs"])): e for e in data["configs"]}
         runs = [m["samples_per_s"] for m in data["baseline"]["measurements"]]
         self.baseline_speed = statistics.median(runs)
-        # Run-to-run spread on the recording machine: every config measured more than once (the
-        # baseline's A/A repeats, the refined top of the table), pooled.
-        repeated = [runs] + [e["runs_samples_per_s"] for e in data["configs"] if len(e.get("runs_samples_per_s") or ()) > 1]
+        # Run-to-run spread of back-to-back runs of one config (the recorder's A/A runs): what an
+        # interleaved comparison sees. Without them, every config measured more than once, pooled;
+        # that includes the slow drift between runs far apart, which interleaving cancels.
+        aa = data.get("aa_samples_per_s") or []
+        repeated = [aa] if len(aa) >= 3 else [runs] + [e["runs_samples_per_s"] for e in data["configs"]
+                                                       if len(e.get("runs_samples_per_s") or ()) > 1]
         spreads = [statistics.stdev(r) / statistics.mean(r) for r in repeated if len(r) > 1]
         self.noise_cv = math.sqrt(statistics.mean(s * s for s in spreads)) if spreads else 0.02
         complete = [self.speed(Knobs.from_dict(e["knobs"])) for e in data["configs"]]

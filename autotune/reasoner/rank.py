@@ -81,13 +81,35 @@ class Hypothesis:
                 "rationale": self.reason, "source": self.source}
 
 
-def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int) -> Iterable[Any]:
+# A jump in micro-batch goes at most this many times the incumbent's: memory per row is measured at
+# one size only, and a much larger batch is another regime (kernels, allocator).
+MAX_JUMP = 8
+
+
+def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int,
+            features: dict[str, Any]) -> Iterable[Any]:
     if knob != "per_device_train_batch_size":
         return listed
     options = divisors(effective_batch)
     position = options.index(incumbent.per_device_train_batch_size)
     # Larger first: a larger micro-batch is the usual win; smaller is tried when larger lost.
-    return [options[i] for i in (position + 1, position - 1) if 0 <= i < len(options)]
+    values = [options[i] for i in (position + 1, position - 1) if 0 <= i < len(options)]
+    jump = _largest_fitting(incumbent.per_device_train_batch_size, options, features.get("headroom"))
+    if jump is not None and values and jump > values[0]:
+        values.insert(0, jump)
+    return values
+
+
+def _largest_fitting(micro: int, options: list[int], headroom: float | None) -> int | None:
+    """The largest micro-batch the measured headroom says fits, taking all of the incumbent's peak to
+    grow with the micro-batch (it does not: weights and optimizer state stay), so it errs small.
+    Where one step up at a time would need several trials, each gain within the noise on its own,
+    one jump shows the whole gain in one trial; the worst-case check still guards memory."""
+    if headroom is None or headroom <= 0:
+        return None
+    fits = micro / max(1e-9, 1.0 - headroom)
+    larger = [d for d in options if micro < d <= min(fits, MAX_JUMP * micro)]
+    return larger[-1] if larger else None
 
 
 def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple],
@@ -105,7 +127,7 @@ def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measure
     ready: list[Hypothesis] = []
     skipped: list[tuple[str, str]] = []
     for order, (knob, listed) in enumerate(CATALOG_ORDER):
-        for value in _values(knob, listed, incumbent, effective_batch):
+        for value in _values(knob, listed, incumbent, effective_batch, features):
             if getattr(incumbent, knob) == value:
                 continue
             why_not = not_applicable(knob, value, incumbent, device, effective_batch)
@@ -179,8 +201,9 @@ def _why(claims: list[Claim], features: dict[str, Any], against: list[Claim] = (
 
 
 def _scored(knob: str, value: Any, matched: list[Claim], features: dict[str, Any], order: int,
-            also: tuple[tuple[str, Any], ...] = (), against: list[Claim] = ()) -> Hypothesis:
+            also: tuple[tuple[str, Any], ...] = (), against: list[Claim] = (), steps: float = 1.0) -> Hypothesis:
     p, ratio, uncertainty = _combine(matched, against)
+    ratio = ratio ** steps
     optimistic = min(1.0, p + EXPLORATION * uncertainty)
     # The cost takes the same P(helps) as the gain: with the plain P here and P + exploration above,
     # results that agree with a claim (P up, uncertainty down) made its change less attractive.
@@ -203,7 +226,9 @@ def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features
              and getattr(incumbent, c.knob) != c.value
              and c.matches(c.knob, c.value, getattr(incumbent, c.knob), features)]
     conflicting = [c for c in claims if c not in matched and c not in needs and _conflicts(c, knob, value, incumbent)]
-    return _scored(knob, value, matched, features, order, against=needs + conflicting)
+    # A micro-batch claim speaks of one doubling; a jump of several makes the expected gain several times.
+    steps = max(1.0, math.log2(value / start)) if knob == "per_device_train_batch_size" and value > start else 1.0
+    return _scored(knob, value, matched, features, order, against=needs + conflicting, steps=steps)
 
 
 def _conflicts(claim: Claim, knob: str, value: Any, incumbent: Knobs) -> bool:
