@@ -105,7 +105,9 @@ class Memory:
         self.experience.record_trial(self.run_id, self.identity, features, incumbent, record,
                                      hypothesis.to_dict() if hypothesis else None)
         outcome = outcome_of(record)
-        if hypothesis is None or outcome is None or hypothesis.source in ("warm_start", "pooled"):
+        # A combined warm start or pooled change says nothing about which of its parts did what.
+        combined = hypothesis is not None and hypothesis.source in ("warm_start", "pooled") and bool(hypothesis.also)
+        if hypothesis is None or outcome is None or combined:
             return []
         experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
         # Read the beliefs again: another tuner sharing this folder may have changed them since.
