@@ -87,6 +87,8 @@ def evaluate(tables: list[Table], seeds: int, trials: int, console: Console,
                 "runs_to_95": _median([runs_to_best(table, t) for t in traces]),
                 **{f"ratio_at_{k}": _median([ratio_at(table, t, k) for t in traces]) for k in CHECKPOINTS},
                 "best_ratio": table.best_speed / table.baseline_speed, "seconds": time.monotonic() - started,
+                "noise_floor": _median([t.noise_floor for t in traces]) if traces[0].noise_floor is not None else None,
+                "noise_cv": table.noise_cv,
             })
             console.log(f"{table.name}: {name} done in {rows[-1]['seconds']:.1f}s")
         if warm_kb is not None:
@@ -112,6 +114,9 @@ def print_table(rows: list[dict[str, object]], trials: int, seeds: int, console:
         if warm:
             verdict.append(f"warm {_count(warm['trials_to_95'], trials)}: "
                            + ("met" if warm["trials_to_95"] <= 3 else "missed") + " (target: at most 3)")
+        floor = by["autotune cold"]["noise_floor"]
+        verdict.append(f"A/A spread of the table {by['autotune cold']['noise_cv']:.1%}, autotune's noise floor "
+                       f"{floor:.0%} (a change is kept when its interval clears it)")
         console.print(f"{table}: " + "; ".join(verdict), highlight=False)
 
 

@@ -28,6 +28,7 @@ from .replay import ReplayExecutor, Table
 class Trace:
     picks: list[Knobs] = field(default_factory=list)   # after trial 1, 2, ...
     runs: list[int] = field(default_factory=list)       # device runs used by then
+    noise_floor: float | None = None                    # autotune's A/A floor on this seed's noise
 
 
 class Greedy:
@@ -135,7 +136,7 @@ def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None
         executor = ReplayExecutor(table, seed)
         tuner = Tuner(_job(table, trials, folder), executor, Path(tmp) / "runs")
         outcome = tuner.run()
-    trace, pick = Trace(), table.start
+    trace, pick = Trace(noise_floor=outcome.noise_floor), table.start
     baseline_runs = executor.runs_by_trial.get(0, 0)
     used = baseline_runs
     for record in outcome.records[1:]:
