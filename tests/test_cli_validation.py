@@ -63,6 +63,9 @@ BAD_JOBS = [
      "gradient_accumulation_steps", None),
     ("stray-word", job_words() + ["fast"], "fast", None),
     ("empty-value", job_words(gpu=""), "gpu", None),
+    ("only-not-a-knob", job_words(only="padding,max_len"), "only", "max_len is not a knob"),
+    ("llm_timeout-alone", job_words(llm_timeout="10s"), "llm_timeout", "llm=MODEL"),
+    ("llm_timeout-words", job_words(llm="m", llm_timeout="soon"), "llm_timeout", "soon"),
 ]
 
 
@@ -140,3 +143,10 @@ def test_a_run_name_already_used_is_refused_and_its_records_kept(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.splitlines()) == 1 and "already holds a run" in result.stderr
     assert (folder / "experiments.jsonl").read_text() == '{"kept": true}\n'
+
+
+def test_llm_without_a_key_or_a_server_is_one_line(tmp_path):
+    env = {k: v for k, v in _env().items() if not k.startswith("OPENAI_")}
+    result = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", "demo", *job_words(llm="gpt-4o-mini")],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert_rejected(result, tmp_path, "llm=gpt-4o-mini", "OPENAI_API_KEY")
