@@ -26,7 +26,8 @@ class Table:
         self.name = name or data["workload"]
         self.start = Knobs.from_dict(data["baseline"]["knobs"])
         self.grid: dict[str, list] = data["grid"]
-        self.entries = {key(Knobs.from_dict(e["knobs"])): e for e in data["configs"]}
+        self._configs = [Knobs.from_dict(e["knobs"]) for e in data["configs"]]
+        self.entries = {key(k): e for k, e in zip(self._configs, data["configs"])}
         runs = [m["samples_per_s"] for m in data["baseline"]["measurements"]]
         self.baseline_speed = statistics.median(runs)
         # Run-to-run spread of back-to-back runs of one config (the recorder's A/A runs): what an
@@ -37,8 +38,7 @@ class Table:
                                                        if len(e.get("runs_samples_per_s") or ()) > 1]
         spreads = [statistics.stdev(r) / statistics.mean(r) for r in repeated if len(r) > 1]
         self.noise_cv = math.sqrt(statistics.mean(s * s for s in spreads)) if spreads else 0.02
-        complete = [self.speed(Knobs.from_dict(e["knobs"])) for e in data["configs"]]
-        self.best_speed = max(s for s in complete if s is not None)
+        self.best_speed = max(e["measurement"]["samples_per_s"] for e in data["configs"] if e["state"] == "complete")
 
     @classmethod
     def load(cls, path: Path) -> "Table":
@@ -46,8 +46,8 @@ class Table:
 
     @property
     def configs(self) -> list[Knobs]:
-        """Every config recorded, in grid order."""
-        return [Knobs.from_dict(e["knobs"]) for e in self.data["configs"]]
+        """Every config recorded, in grid order (a new list: callers may shuffle it)."""
+        return list(self._configs)
 
     def entry(self, knobs: Knobs) -> dict[str, Any] | None:
         return self.entries.get(key(knobs))

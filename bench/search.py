@@ -44,9 +44,7 @@ def trials_to_best(table: Table, trace: Trace) -> float:
 
 def runs_to_best(table: Table, trace: Trace) -> float:
     trials = trials_to_best(table, trace)
-    if trials in (0, math.inf):
-        return trials if trials == math.inf else 0
-    return trace.runs[int(trials) - 1]
+    return trials if trials in (0, math.inf) else trace.runs[int(trials) - 1]
 
 
 def ratio_at(table: Table, trace: Trace, trials: int) -> float:

@@ -163,11 +163,6 @@ def _past_limit(schema: dict[str, Any], name: str, index: int) -> str | None:
     return f"more items than the schema allows ({limit})" if index >= limit else None
 
 
-def _value(knob: str, text: str) -> Any:
-    """The catalog value, or JobError saying what is allowed."""
-    return parse_knob_value(knob, str(text).strip())
-
-
 def read_answer(text: str, model: str, incumbent: Knobs, device: dict[str, Any], effective_batch: int,
                 measured: set[tuple], claims: list[Claim], features: dict[str, Any]) -> Proposal:
     """Check an answer item by item; what passes becomes hypotheses and claims. Pure."""
@@ -226,7 +221,7 @@ def _hypothesis(item: dict[str, Any], model: str, incumbent: Knobs, device: dict
     for change in item["changes"]:
         knob = change["knob"]
         try:
-            value = _value(knob, change["value"])
+            value = parse_knob_value(knob, change["value"].strip())
         except JobError as error:
             return None, f"value out of range: {error}"
         if getattr(current, knob) == value:
@@ -253,7 +248,7 @@ def _claim(item: dict[str, Any], model: str, features: dict[str, Any]) -> tuple[
         value: Any = text
     else:
         try:
-            value = _value(knob, text)
+            value = parse_knob_value(knob, text)
         except JobError as error:
             return None, f"value out of range: {error}"
     ratio, low, high = float(item["ratio"]), *RATIO_RANGE
