@@ -16,6 +16,8 @@ from .errors import JobError
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .presets import DEMO_PRESET, PRESETS
 
+# The framework-free runner's model: a plain PyTorch MLP over seeded random rows.
+MLP_MODEL = "mlp"
 MODES = ("smoke", "resume", "review", "fresh")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
 JOB_KEYS = {
@@ -109,6 +111,10 @@ class Job:
     @property
     def is_preset(self) -> bool:
         return self.model in PRESETS
+
+    @property
+    def is_mlp(self) -> bool:
+        return self.model == MLP_MODEL
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

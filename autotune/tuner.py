@@ -112,6 +112,22 @@ class Outcome:
     folder: Path = field(default_factory=Path)
 
 
+def runner_for(job: Job) -> str:
+    """Which runner module trains this job: the user's script, the framework-free MLP, or Hugging Face."""
+    if job.script:
+        return "script"
+    return "mlp" if job.is_mlp else "hf"
+
+
+def frame_limit(frame: dict[str, Any], name: str, value: Any) -> str | None:
+    """Why the frame says `name=value` cannot apply to this model (an MLP has no attention; a VLM may not
+    pack rows); None if it can. A limit without a value covers every value of the knob."""
+    for limit in frame.get("limits", ()):
+        if limit["knob"] == name and limit.get("value") in (None, value):
+            return limit["reason"]
+    return None
+
+
 class Tuner:
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
                  inject: dict[int, str] | None = None, fresh: bool = False) -> None:
@@ -131,6 +147,7 @@ class Tuner:
         self.memory = Memory(job, fresh)
         # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
         self.blocked: dict[tuple, set[str]] = {}
+        self.frame_facts: dict[str, Any] = {}
         self.llm = None
         if job.llm:
             from .reasoner.llm import LLMProposer, LLMSettings
@@ -150,8 +167,8 @@ class Tuner:
         if self.script is not None:
             return self._script_spec(kind, knobs, trial)
         return {
-            "schema_version": 1, "kind": kind, "runner": "hf", "job": self.job.to_dict(), "knobs": knobs.to_dict(),
-            "rows_path": str(self.folder.rows.resolve()),
+            "schema_version": 1, "kind": kind, "runner": runner_for(self.job), "job": self.job.to_dict(),
+            "knobs": knobs.to_dict(), "rows_path": str(self.folder.rows.resolve()),
             "model_config_path": str(self.folder.model_config.resolve()),
             "rows_needed": self.job.effective_batch * (2 + self.steps.measure_steps),
             "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max,
@@ -294,6 +311,7 @@ class Tuner:
             # A script's model and data are seen only when it runs: the baseline's hooks read them.
             frame.update(model=base_measurement.get("model") or {}, data=base_measurement.get("data") or {})
         self.memory.start(frame)
+        self.frame_facts = frame
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         return frame
 
@@ -373,8 +391,8 @@ class Tuner:
                 if report_only:
                     skipped.append((hypothesis.change, f"only={','.join(self.job.only)} keeps {held} as it is"))
                 continue
-            why = None
-            if self.script is not None:
+            why = next((w for k, v in hypothesis.changes if (w := frame_limit(self.frame_facts, k, v))), None)
+            if why is None and self.script is not None:
                 why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v))), None)
             if why:
                 skipped.append((hypothesis.change, why))
