@@ -128,6 +128,12 @@ def frame_limit(frame: dict[str, Any], name: str, value: Any) -> str | None:
     return None
 
 
+def silent_limit(frame: dict[str, Any], name: str) -> bool:
+    """A knob that means nothing for this kind of model (a vision knob on a text model): its changes are
+    dropped without a note, as they would only crowd the report's list of skipped changes."""
+    return any(limit["knob"] == name and limit.get("silent") for limit in frame.get("limits", ()))
+
+
 class Tuner:
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
                  inject: dict[int, str] | None = None, fresh: bool = False) -> None:
@@ -387,6 +393,8 @@ class Tuner:
         kept = []
         for hypothesis in hypotheses:
             held = next((k for k, _ in hypothesis.changes if self.job.only and k not in self.job.only), None)
+            if any(silent_limit(self.frame_facts, k) for k, _ in hypothesis.changes):
+                continue
             if held:
                 if report_only:
                     skipped.append((hypothesis.change, f"only={','.join(self.job.only)} keeps {held} as it is"))
