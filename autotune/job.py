@@ -21,9 +21,9 @@ MLP_MODEL = "mlp"
 MODES = ("smoke", "resume", "review", "fresh")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
 JOB_KEYS = {
-    "model": "a built-in preset (" + ", ".join(PRESETS) + "), a hub id like Qwen/Qwen2.5-0.5B, or a local folder",
+    "model": "mlp (a plain PyTorch MLP), a built-in preset (" + ", ".join(PRESETS) + "), a hub id like Qwen/Qwen2.5-0.5B, or a local folder",
     "dataset": "synthetic, a hub id like tatsu-lab/alpaca[:config], or a local .jsonl/.json/.parquet/.csv/.txt file",
-    "max_len": "a whole number of tokens >= 8, for example max_len=2048",
+    "max_len": "a whole number of tokens >= 8, for example max_len=2048 (model=mlp: features per row, default 512)",
     "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
     "method": "sft or lora",
     "host": "local, or user@host[:port] of a box reachable over SSH (trials run there; records stay here)",
@@ -45,8 +45,22 @@ JOB_KEYS = {
     "llm": "a model at the OpenAI-compatible server of OPENAI_BASE_URL (OpenAI's by default, key in "
            "OPENAI_API_KEY) that proposes changes and claims before each trial; off unless given",
     "llm_timeout": "how long to wait for one LLM answer, like 20s or 2m (default 60s; one retry)",
+    "mlp_width": "with model=mlp: units per hidden layer, a whole number >= 1 (default 1024)",
+    "mlp_depth": "with model=mlp: hidden layers, a whole number >= 1 (default 4)",
+    "mlp_rows": "with model=mlp: distinct seeded random rows, a whole number >= 1 (default 8192)",
     "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
+    "allow_image_resize": "true to let autotune try image resolution limits on a VLM (max_image_pixels; they "
+                          "change what is trained, so never by default); default false",
 }
+# model=mlp checks an install in a minute: everything but the model has a default. Its rows are
+# `max_len` features each (the MLP's input size), from a seeded generator, so dataset= is synthetic.
+MLP_DEFAULTS = {"dataset": "synthetic", "max_len": "512", "effective_batch": "64", "mlp_width": "1024",
+                "mlp_depth": "4", "mlp_rows": "8192"}
+# Its smoke run (the install check) ends within two minutes, frame and baseline included.
+MLP_SMOKE_TIME_BUDGET_S = 90
+MLP_KEYS = ("mlp_width", "mlp_depth", "mlp_rows")
+# Knobs of sequence models: an MLP row has no length, no attention and no checkpointed layers.
+MLP_FIXED_KNOBS = ("padding", "group_by_length", "attn_implementation", "gradient_checkpointing")
 REQUIRED = ("model", "dataset", "max_len", "effective_batch")
 # What `smoke` fills in when a key is missing: the embedded default job.
 SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512", "effective_batch": "16"}
@@ -86,6 +100,10 @@ class Job:
     only: tuple[str, ...] = ()
     llm: str = ""
     llm_timeout_s: int = 60
+    mlp_width: int = 0
+    mlp_depth: int = 0
+    mlp_rows: int = 0
+    allow_image_resize: bool = False
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
 
@@ -170,7 +188,7 @@ def _looks_like_path(value: str) -> bool:
 
 
 def check_model(value: str) -> None:
-    if value in PRESETS:
+    if value in PRESETS or value == MLP_MODEL:
         return
     path = Path(value).expanduser()
     if path.exists():
@@ -229,6 +247,10 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
         return _script_job(run, pairs, smoke), modes
     if any(key in pairs for key in ("script_configs", "script_args")):
         raise JobError("script_configs and script_args go with script=PATH; add script=your_training_script.py")
+    if pairs.get("model") == MLP_MODEL:
+        return _mlp_job(run, pairs, smoke), modes
+    if any(key in pairs for key in MLP_KEYS):
+        raise JobError(f"{', '.join(k for k in MLP_KEYS if k in pairs)} go with model=mlp; add model=mlp or drop them")
     if smoke:
         pairs = {**SMOKE_DEFAULTS, **pairs}
     for key in REQUIRED:
@@ -237,6 +259,23 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
     check_model(pairs["model"])
     check_dataset(pairs["dataset"])
     effective_batch = _whole("effective_batch", pairs["effective_batch"], 1)
+    job = Job(**_common(run, pairs, smoke), model=pairs["model"], dataset=pairs["dataset"],
+              max_len=_whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
+              method=pairs.get("method", "sft"),
+              weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
+              allow_image_resize=_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
+              start=_start_knobs(pairs, effective_batch))
+    return job, modes
+
+
+def _flag(key: str, text: str) -> bool:
+    if text.strip().lower() not in ("true", "false"):
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
+    return text.strip().lower() == "true"
+
+
+def _start_knobs(pairs: dict[str, str], effective_batch: int) -> Knobs:
+    """The user's starting config: the naive start with the knobs they gave."""
     start = dict(NAIVE_START)
     for key, text in pairs.items():
         if key in CATALOG:
@@ -249,12 +288,29 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
         if "per_device_train_batch_size" in pairs and start["per_device_train_batch_size"] != micro:
             raise JobError("per_device_train_batch_size x gradient_accumulation_steps must equal effective_batch; give one of them")
         start["per_device_train_batch_size"] = micro
-    job = Job(**_common(run, pairs, smoke), model=pairs["model"], dataset=pairs["dataset"],
-              max_len=_whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
-              method=pairs.get("method", "sft"),
-              weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
-              start=Knobs(**start))
-    return job, modes
+    return Knobs(**start)
+
+
+def _mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
+    """The framework-free MLP: its own seeded rows and weights; the knobs of any PyTorch loop."""
+    for key, why in (("method", "LoRA adapts a pretrained transformer; the MLP trains all its weights"),
+                     ("weights", "the MLP starts from seeded random weights")):
+        if key in pairs:
+            raise JobError(f"{key}= does not apply with model=mlp: {why}; drop {key}=")
+    if pairs.get("dataset", "synthetic") != "synthetic":
+        raise JobError(f"dataset={pairs['dataset']!r}: model=mlp trains on its own seeded random rows; "
+                       "use dataset=synthetic or drop dataset=")
+    fixed = [k for k in MLP_FIXED_KNOBS if k in pairs]
+    if fixed:
+        raise JobError(f"{', '.join(fixed)} does not apply with model=mlp (its rows are fixed-size vectors); drop it")
+    if smoke and "time" not in pairs:
+        pairs = {**pairs, "time": f"{MLP_SMOKE_TIME_BUDGET_S}s"}
+    pairs = {**MLP_DEFAULTS, **pairs}
+    effective_batch = _whole("effective_batch", pairs["effective_batch"], 1)
+    return Job(**_common(run, pairs, smoke), model=MLP_MODEL, dataset="synthetic",
+               max_len=_whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch, weights="random",
+               mlp_width=_whole("mlp_width", pairs["mlp_width"], 1), mlp_depth=_whole("mlp_depth", pairs["mlp_depth"], 1),
+               mlp_rows=_whole("mlp_rows", pairs["mlp_rows"], 1), start=_start_knobs(pairs, effective_batch))
 
 
 def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:

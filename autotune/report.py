@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from .job import Job
+from .job import MLP_FIXED_KNOBS, Job
 from .knobs import Knobs
 from .records import RunFolder
 from .io import write_json_atomic
@@ -89,7 +89,32 @@ def caveats(knobs: Knobs) -> list[str]:
     return notes
 
 
+def loop_settings(job: Job, knobs: Knobs) -> dict[str, Any]:
+    """The best config of a plain PyTorch loop (model=mlp), in the names of the calls that take it."""
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(knobs.precision)
+    return {"DataLoader": {"batch_size": knobs.per_device_train_batch_size,
+                           "num_workers": knobs.dataloader_num_workers, "pin_memory": knobs.dataloader_pin_memory},
+            "gradient_accumulation_steps": knobs.accumulation(job.effective_batch),
+            "torch.autocast": {"dtype": dtype} if dtype else None,
+            "torch.backends.cuda.matmul.allow_tf32": knobs.precision == "tf32",
+            "torch.compile": knobs.torch_compile,
+            "torch.optim.AdamW": {"fused": knobs.optim == "adamw_torch_fused"}}
+
+
+def _remeasure_command(job: Job, knobs: Knobs) -> str:
+    """autotune measuring the best config again: the MLP has no trainer command to hand over."""
+    words = ["autotune", "tune", f"{job.run}-best", f"model={job.model}", f"mlp_width={job.mlp_width}",
+             f"mlp_depth={job.mlp_depth}", f"mlp_rows={job.mlp_rows}", f"max_len={job.max_len}",
+             f"effective_batch={job.effective_batch}"]
+    words += [f"{name}={str(value).lower() if isinstance(value, bool) else value}"
+              for name, value in knobs.to_dict().items() if name not in MLP_FIXED_KNOBS]
+    return shlex.join([*words, "max_trials=1"])
+
+
 def best_config(job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
+    if job.is_mlp:
+        return {"schema_version": 1, "knobs": knobs.to_dict(), "pytorch_loop": loop_settings(job, knobs),
+                "command": _remeasure_command(job, knobs), "caveats": []}
     if script is not None:
         # The user's own files say the config: which keys to set, and the command with its flags.
         import shlex
@@ -131,7 +156,11 @@ def _frame_lines(frame: dict[str, Any]) -> list[str]:
         f"- software: torch {device.get('torch')}, transformers {device.get('transformers')}, "
         f"python {device.get('python')}",
     ]
-    if "source" in model:
+    if model.get("model_type") == "mlp":
+        lines += [f"- model: {model['source']}: {model['params']:,} parameters, {model['layers']} hidden layers of "
+                  f"{model['hidden']}",
+                  f"- data: {data['rows_available']:,} seeded random rows of {data['p50_len']} features"]
+    elif "source" in model:
         lines += [
             f"- model: {model['source']}: {model['model_type']}, {model['params']:,} parameters "
             f"({model['trainable_params']:,} trainable), {model['layers']} layers, hidden {model['hidden']}, "
@@ -258,6 +287,10 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
         lines += [f"- `{label}`: " + ", ".join(f"`{key}: {value}`" for key, value in edits.items())
                   for label, edits in config["config_edits"].items()] or ["- no file edit"]
         lines += ["", "Ready to run:", "", "```bash", config["command"], "```"]
+    elif "pytorch_loop" in config:
+        lines += ["", "## Best config", "", "Settings of a plain PyTorch loop:", "", "```python"]
+        lines += [f"{call}: {value}" for call, value in config["pytorch_loop"].items()]
+        lines += ["```", "", "Measure it again:", "", "```bash", config["command"], "```"]
     else:
         lines += ["", "## Best config", "", "TrainingArguments / SFTConfig keyword arguments:", "", "```python",
                   f"TrainingArguments(**{config['training_arguments']})",

@@ -186,3 +186,28 @@ def test_only_names_catalog_knobs():
     assert job.only == ("padding", "optim") and Job.from_dict(job.to_dict()).only == ("padding", "optim")
     with pytest.raises(JobError, match="max_len is not a knob"):
         job_from_words("r", ["smoke", "only=padding,max_len"])
+
+
+def test_model_mlp_fills_its_defaults_and_keeps_the_users_sizes():
+    job, _ = job_from_words("m", ["model=mlp", "mlp_width=256", "per_device_train_batch_size=8"])
+    assert job.is_mlp and job.dataset == "synthetic" and job.weights == "random"
+    assert (job.mlp_width, job.mlp_depth, job.mlp_rows, job.max_len, job.effective_batch) == (256, 4, 8192, 512, 64)
+    assert job.start.per_device_train_batch_size == 8 and job.time_budget_s is None
+    smoke, _ = job_from_words("m", ["model=mlp", "smoke"])
+    assert smoke.time_budget_s == 90  # the install check ends within two minutes
+    validate("job", job.to_dict())
+    assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+
+
+@pytest.mark.parametrize("words,named", [
+    (["model=mlp", "dataset=tatsu-lab/alpaca"], "dataset="),
+    (["model=mlp", "method=lora"], "method="),
+    (["model=mlp", "weights=pretrained"], "weights="),
+    (["model=mlp", "padding=padding_free"], "padding"),
+    (["model=mlp", "mlp_depth=0"], "mlp_depth="),
+    (["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "mlp_width=8"], "model=mlp"),
+])
+def test_mlp_keys_that_do_not_fit_are_one_line_errors(words, named):
+    with pytest.raises(JobError) as error:
+        job_from_words("m", words)
+    assert named in str(error.value) and "\n" not in str(error.value)

@@ -20,8 +20,8 @@ from typing import Any
 from ..io import write_json_atomic
 from ..runners.common import STDERR_TAIL, run_forked
 
-PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.train",
-           "autotune.runners.models"]
+PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.mlp",
+           "autotune.runners.train", "autotune.runners.models"]
 _fork_server = None
 
 

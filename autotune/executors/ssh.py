@@ -153,7 +153,8 @@ class SSHExecutor:
 
     # -- one trial --------------------------------------------------------------------------------
     def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
-        if spec.get("runner", "hf") != "hf":
+        runner = spec.get("runner", "hf")
+        if runner == "script":
             return {"state": "crash", "reason": "a user's script runs on this machine only (host=local)",
                     "wall_s": 0.0, "exit_code": None}
         if not self.remote_run:
@@ -177,7 +178,7 @@ class SSHExecutor:
             except _DROPPED:
                 self._reconnect(deadline)
         launch = (f"cd {shlex.quote(remote)} && PYTHONPATH={shlex.quote(self.remote_run + '/pkg')} "
-                  f"setsid nohup {shlex.quote(self.python)} -m autotune.executors.heartbeat hf spec.json result.json "
+                  f"setsid nohup {shlex.quote(self.python)} -m autotune.executors.heartbeat {runner} spec.json result.json "
                   "heartbeat < /dev/null > launcher.log 2>&1 &")
         try:
             self._exec(launch)

@@ -24,7 +24,7 @@ GPU_MEMORY_GB = {"4090": 24, "3090": 24, "a10": 24, "l4": 24, "a5000": 24, "t4":
 NO_BF16 = ("t4", "v100", "p100", "2080", "1080")
 NUMERIC = ("params_m", "layers", "hidden", "vocab", "max_len", "effective_batch", "padding_share",
            "length_spread", "mean_len", "gpu_mem_gb", "data_wait_share", "optimizer_share", "headroom",
-           "micro_batch", "dataloader_num_workers")
+           "micro_batch", "dataloader_num_workers", "image_token_share", "images_per_row")
 # Features that identify a job for replay: what is trained and on which rows, not how.
 _JOB_IDENTITY = ("model", "dataset", "max_len", "effective_batch", "method", "weights", "seed", "mem_limit",
                  "mem_margin")
@@ -51,6 +51,12 @@ def job_features(job: Any, frame: dict[str, Any] | None = None) -> dict[str, Any
     if model.get("model_type"):
         # Conditions are words split on spaces: a family name must be one word.
         features["model_family"] = re.sub(r"\s+", "_", str(model["model_type"]))
+    if model.get("vision"):
+        # An image-text model: vision knobs apply, and claims may speak of how image-heavy rows are.
+        features["vlm"] = True
+        for name in ("image_token_share", "images_per_row"):
+            if data.get(name) is not None:
+                features[name] = data[name]
     if data.get("padding_share") is not None:
         features["padding_share"] = data["padding_share"]
     if data.get("p50_len"):
@@ -103,6 +109,8 @@ def job_fingerprint(job: Any) -> str:
     from pathlib import Path
 
     identity = {name: getattr(job, name) for name in _JOB_IDENTITY}
+    if getattr(job, "is_mlp", False):
+        identity.update(mlp=[job.mlp_width, job.mlp_depth, job.mlp_rows])
     for name in ("model", "dataset"):
         # A local file or folder edited in place is another job: its size and time stand for its bytes.
         path = Path(str(getattr(job, name))).expanduser()

@@ -25,6 +25,21 @@ def inject_early_fault(kind: str | None) -> None:
         time.sleep(10 ** 6)
 
 
+def setup_device(spec: dict[str, Any]) -> str:
+    """The device a trial runs on (smoke: the CPU, whatever the machine has), seeded, with its threads set."""
+    import torch
+
+    from ..probes.device import pick_device
+
+    torch.manual_seed(spec["job"].get("seed", 0))
+    device = "cpu" if spec["job"].get("smoke") else pick_device()
+    if device == "cpu":
+        # One core stays free for the tuner, loader workers and the OS: OpenMP threads that must share
+        # a core with anything else spin-wait and make step times swing by 10x.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    return device
+
+
 def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, stderr_path: str,
                env: dict[str, str]) -> None:
     """A trial in a child forked from the executor's fork server, which imported torch and

@@ -1,0 +1,305 @@
+"""Framework-free runner: a plain PyTorch MLP over seeded random rows (`model=mlp`).
+
+`python -m autotune.runners.mlp SPEC RESULT`, with the HF runner's contract: `kind=frame` sizes up the
+device, model and data; `kind=trial` trains parity + warm-up + measured steps with one config. No
+transformers in the loop, so it checks an install on a GPU box in a minute, and tests of the loop use it
+where a transformer is not needed. A row is `max_len` features and one class label; the knobs that apply
+are those of any PyTorch loop (micro-batch split, precision, compile, optimizer, loader workers, pinning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from . import common
+
+CLASSES = 16
+# What an MLP has none of: changes to these knobs mean nothing here and are dropped without a note.
+NO_SEQUENCES = {"padding": "an MLP row is a fixed-size vector, there is nothing to pad or pack",
+                "group_by_length": "every MLP row has the same size",
+                "attn_implementation": "an MLP has no attention",
+                "gradient_checkpointing": "the MLP runner keeps every activation (its layers are small)"}
+
+
+def _rows(job: dict[str, Any]) -> tuple[Any, Any]:
+    """Seeded features and labels from a fixed random teacher, so the loss has something to learn."""
+    import torch
+
+    generator = torch.Generator().manual_seed(job.get("seed", 0))
+    features = torch.randn(job["mlp_rows"], job["max_len"], generator=generator)
+    teacher = torch.randn(job["max_len"], CLASSES, generator=generator) / math.sqrt(job["max_len"])
+    labels = (features @ teacher + 0.5 * torch.randn(job["mlp_rows"], CLASSES, generator=generator)).argmax(-1)
+    return features, labels
+
+
+def _digest(features: Any, labels: Any) -> str:
+    return hashlib.sha256(features.numpy().tobytes() + labels.numpy().tobytes()).hexdigest()
+
+
+def build_model(job: dict[str, Any], device: str) -> Any:
+    """`mlp_depth` hidden layers of `mlp_width`, GELU between; seeded, so every trial starts alike."""
+    import torch
+
+    torch.manual_seed(job.get("seed", 0))
+    layers: list[torch.nn.Module] = []
+    width_in = job["max_len"]
+    for _ in range(job["mlp_depth"]):
+        layers += [torch.nn.Linear(width_in, job["mlp_width"]), torch.nn.GELU()]
+        width_in = job["mlp_width"]
+    layers.append(torch.nn.Linear(width_in, CLASSES))
+    return torch.nn.Sequential(*layers).to(device).train()
+
+
+def frame(spec: dict[str, Any]) -> dict[str, Any]:
+    from ..probes.device import device_facts
+
+    job, device = spec["job"], common.setup_device(spec)
+    features, labels = _rows(job)
+    Path(spec["rows_path"]).write_text(json.dumps({
+        "schema_version": 1, "kind": "mlp", "rows": job["mlp_rows"], "features": job["max_len"],
+        "classes": CLASSES, "seed": job.get("seed", 0), "sha256": _digest(features, labels)}))
+    model = build_model(job, device)
+    params = sum(p.numel() for p in model.parameters())
+    width = job["max_len"]
+    return {"frame": {
+        "device": device_facts(device, spec.get("peak_cache")),
+        "model": {"source": "built-in MLP (plain PyTorch, random weights)", "model_type": "mlp", "params": params,
+                  "trainable_params": params, "layers": job["mlp_depth"], "hidden": job["mlp_width"], "vocab": None},
+        "data": {"dataset": "synthetic", "rows_available": job["mlp_rows"], "p10_len": width, "p50_len": width,
+                 "p90_len": width, "max_seen_len": width, "mean_len": width, "padding_share": 0.0,
+                 "truncated_share": 0.0},
+        "limits": [{"knob": name, "reason": reason, "silent": True} for name, reason in NO_SEQUENCES.items()],
+    }}
+
+
+class Batches:
+    """Micro-batches by plan item, so `dataloader_num_workers` moves the gathering off the training process."""
+
+    def __init__(self, features: Any, labels: Any) -> None:
+        self.features, self.labels = features, labels
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, item: tuple) -> tuple:
+        kind, index, row_ids, targets = item
+        # A small dataset repeats, as the HF runner's does: row r is stored row r mod rows.
+        stored = [r % len(self.features) for r in row_ids]
+        return kind, index, row_ids, targets, self.features[stored], self.labels[stored]
+
+
+def _engine_class():
+    import torch.nn.functional as F
+
+    from .train import Engine
+
+    class MLPEngine(Engine):
+        """The HF engine's precision, optimizer, compile and loss scaling; a plain forward."""
+
+        def micro_step(self, batch: tuple, step_targets: int, phases: Any = None) -> tuple:
+            pin = self.knobs["dataloader_pin_memory"] and self.device == "cuda"
+            features, labels = (t.to(self.device, non_blocking=pin) for t in batch)
+            with self._autocast():
+                logits = self.forward(features)
+            row_losses = F.cross_entropy(logits.float(), labels, reduction="none")
+            # Divided by the step's rows, so the gradient does not depend on the micro-batch split.
+            loss = row_losses.sum() / step_targets
+            if phases:
+                phases.mark("forward")
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            if phases:
+                phases.mark("backward")
+            return loss.detach(), row_losses.detach(), labels
+
+    return MLPEngine
+
+
+def _loaded(spec: dict[str, Any]) -> tuple[Any, Any]:
+    """The frame's rows, regenerated from the seed and checked byte for byte against its digest."""
+    from .train import TrialFault
+
+    features, labels = _rows(spec["job"])
+    recorded = json.loads(Path(spec["rows_path"]).read_text())["sha256"]
+    if _digest(features, labels) != recorded:
+        raise TrialFault("invalid", "the regenerated rows differ from the frame's (another torch version or "
+                         "machine): trials would not train the same rows")
+    return features, labels
+
+
+def _ceiling(job: dict[str, Any], knobs: dict[str, Any], device: str, features: Any, labels: Any) -> dict[str, Any]:
+    """Two full optimizer steps in a model of their own: every MLP row is the same size, so any batch is
+    the worst case, and the second step holds the optimizer state beside the activations."""
+    from ..probes import memory
+    from ..probes.device import memory_total
+    from .train import TrialFault
+
+    limit = memory.limit_bytes(memory_total(device), job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN))
+    micro = knobs["per_device_train_batch_size"]
+    engine = _engine_class()(build_model(job, device), knobs, device)
+    accumulated = min(2, job["effective_batch"] // micro)
+    memory.reset_peak(device)
+    for _ in range(2):
+        for _ in range(accumulated):
+            engine.micro_step(Batches(features, labels)[("ceiling", 0, tuple(range(micro)), 0)][4:], accumulated * micro)
+        engine.optimizer_step()
+    engine.synchronize()
+    reading = memory.read_peak(device)
+    ceiling = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit)}
+    if not ceiling["fits"]:
+        raise TrialFault("oom", f"a micro-batch of {micro} rows peaks at {reading['bytes'] / 2**30:.2f} GiB, over the "
+                         f"limit of {limit / 2**30:.2f} GiB", {"ceiling": ceiling})
+    return ceiling
+
+
+def _train(engine: Any, features: Any, labels: Any, knobs: dict[str, Any], spec: dict[str, Any],
+           window: Any) -> Any:
+    """The HF runner's step discipline on MLP rows: parity steps, detected warm-up, measured steps
+    (inside `window`, the NVML sampler), then profiled steps timed phase by phase."""
+    import torch
+
+    from ..probes.profile import PhaseTimer
+    from ..probes.timing import StepTimer, warmed_up
+    from .batching import step_plan
+    from .train import Plan, StepLog, TrialFault
+
+    job, inject = spec["job"], spec.get("inject_fault")
+    effective_batch, micro, measure = job["effective_batch"], knobs["per_device_train_batch_size"], spec["measure_steps"]
+    profile_steps = spec.get("profile_steps", 0)
+    plan = Plan(step_plan(list(range(2 * effective_batch)), effective_batch, micro),
+                step_plan(list(range(2 * effective_batch, (2 + measure) * effective_batch)), effective_batch, micro),
+                spec["warmup_max"], profile_steps)
+    # Plan counts a row's targets as its length less one (a token row); an MLP row is one target.
+    lengths = [2] * ((2 + measure) * effective_batch)
+    workers = knobs["dataloader_num_workers"]
+    loader = torch.utils.data.DataLoader(
+        Batches(features, labels), batch_size=None, sampler=plan.items(lengths), num_workers=workers,
+        collate_fn=lambda item: item, pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
+        prefetch_factor=4 if workers else None)
+    log, timer, phases = StepLog(), StepTimer(engine.synchronize), PhaseTimer(engine.synchronize)
+    parity: dict[str, dict[int, float]] = {"step1": {}, "step2": {}}
+    accumulation, done, step_loss, in_window = effective_batch // micro, 0, 0.0, False
+    timer.start()
+    batches = iter(loader)
+    while True:
+        profiling = phases if log.profile_steps < profile_steps and len(log.times) == measure else None
+        if profiling:
+            profiling.start()
+        item = next(batches, None)
+        if item is None:
+            break
+        kind, index, row_ids, targets, x, y = item
+        if kind == "measured" and not in_window and window is not None:
+            window.__enter__()
+            in_window = True
+        if kind == "profile" and in_window:
+            window.__exit__(None, None, None)
+            in_window = False
+        if profiling:
+            profiling.mark("data_wait")
+        if inject == "oom" and not log.losses:
+            torch.empty(1 << 50, dtype=torch.uint8, device=engine.device)  # a real allocation failure
+        loss, row_losses, _ = engine.micro_step((x, y), targets, profiling if kind == "profile" else None)
+        if kind == "parity":
+            parity[f"step{index + 1}"].update(zip(row_ids, row_losses.tolist()))
+        step_loss = step_loss + loss
+        log.measured_rows += len(row_ids) if kind == "measured" else 0
+        done += 1
+        if done < accumulation:
+            continue
+        engine.optimizer_step(profiling if kind == "profile" else None)
+        elapsed = timer.lap()
+        if engine.skipped_step() and kind == "measured":
+            raise TrialFault("invalid", "fp16 loss scaling skipped a measured step (inf/NaN gradients)")
+        value = float("nan") if inject == "nan" and kind == "measured" else float(step_loss)
+        log.losses.append(value)
+        if not math.isfinite(value):
+            raise TrialFault("invalid", f"loss is {value} at step {len(log.losses)}")
+        if kind == "measured":
+            log.times.append(elapsed)
+            log.tokens.append(effective_batch)
+        elif kind == "profile":
+            log.profile_steps += 1
+            phases.add_step(elapsed)
+        else:
+            log.warmup_times.append(elapsed)
+            plan.warm = kind == "warmup" and warmed_up(log.warmup_times)
+        done, step_loss = 0, 0.0
+    if in_window:
+        window.__exit__(None, None, None)
+    log.parity = {step: [values[r] for r in sorted(values)] for step, values in parity.items()}
+    log.phases = phases.totals()
+    return log
+
+
+def trial(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from ..probes import flops, memory, nvml, profile, stats
+    from ..probes.timing import median
+    from .train import TrialFault
+
+    job, knobs, device = spec["job"], spec["knobs"], common.setup_device(spec)
+    common.inject_early_fault(spec.get("inject_fault"))
+    features, labels = _loaded(spec)
+    ceiling = _ceiling(job, knobs, device, features, labels) if spec.get("ceiling") else None
+    model = build_model(job, device)
+    engine = _engine_class()(model, knobs, device)
+    memory.reset_peak(device)
+    sampler = nvml.Sampler(device).start()
+    try:
+        log = _train(engine, features, labels, knobs, spec, sampler)
+    finally:
+        sampler.stop()
+    seconds = sum(log.times)
+    # Each row is one input to every Linear: the token-count convention with one "token" per row.
+    window_flops = flops.step_flops(flops.matmul_params(model), (0, 0, 0), [1] * log.measured_rows, False)
+    peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
+    mfu = flops.mfu(window_flops["model"], seconds, peak_flops) if peak_flops and seconds > 0 else None
+    measurement: dict[str, Any] = {
+        "device": device,
+        "samples_per_s": log.measured_rows / seconds if seconds > 0 else 0.0,
+        "tokens_per_s": log.measured_rows / seconds if seconds > 0 else 0.0,
+        "median_step_s": median(log.times), "step_times_s": [round(t, 6) for t in log.times],
+        "warmup_times_s": [round(t, 6) for t in log.warmup_times], "real_tokens_per_step": log.tokens,
+        "model_flops": window_flops["model"], "hardware_flops": window_flops["hardware"],
+        "mfu": mfu, "hfu": mfu, "peak_flops": peak_flops, "peak_memory": memory.read_peak(device),
+        "parity_losses": log.parity, "final_loss": log.losses[-1],
+        "breakdown": profile.breakdown(log.phases, 0, sum(log.tokens)), "nvml": sampler.summary(),
+        "env": {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+    }
+    if ceiling:
+        measurement["ceiling"] = ceiling
+    expected = job["effective_batch"] * spec["measure_steps"]
+    problem = (f"the measured window trained {log.measured_rows} rows, not {expected}"
+               if log.measured_rows != expected else stats.impossible(log.times))
+    if problem is None and mfu is not None and mfu > 1:
+        problem = f"MFU {mfu:.2f} exceeds the measured peak: the timing or the peak is wrong"
+    if problem:
+        raise TrialFault("invalid", problem, {"measurement_rejected": measurement})
+    throttled = (measurement["nvml"] or {}).get("throttle_reasons")
+    if throttled:
+        raise TrialFault("invalid", f"the device slowed itself during the window ({', '.join(throttled)})",
+                         {"measurement_rejected": measurement, "remeasure": True})
+    return {"measurement": measurement}
+
+
+def body(spec: dict[str, Any]) -> dict[str, Any]:
+    return frame(spec) if spec["kind"] == "frame" else trial(spec)
+
+
+def entry(spec_path: Path, result_path: Path) -> int:
+    from .train import TrialFault, is_oom
+
+    return common.execute(body, is_oom, TrialFault, spec_path, result_path)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(entry(Path(sys.argv[1]), Path(sys.argv[2])))

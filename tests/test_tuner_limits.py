@@ -1,0 +1,42 @@
+"""What the frame says cannot apply to its model is never tried: silently for a knob that means nothing
+there (an MLP's padding), with its reason in the report's skipped list otherwise. And the runner follows
+the job."""
+
+from __future__ import annotations
+
+from conftest import tiny_job
+from test_tuner import FRAME, TableExecutor
+
+from autotune.job import job_from_words
+from autotune.tuner import Tuner, runner_for
+
+
+class LimitedFrame(TableExecutor):
+    def __init__(self, limits: list[dict], factors: dict) -> None:
+        super().__init__(factors)
+        self.limits = limits
+
+    def run(self, spec, trial_dir, timeout_s):
+        result = super().run(spec, trial_dir, timeout_s)
+        if spec["kind"] == "frame":
+            result = {**result, "frame": {**FRAME, "limits": self.limits}}
+        return result
+
+
+def test_changes_the_frame_rules_out_are_not_tried(tmp_path):
+    limits = [{"knob": "padding", "reason": "nothing to pad", "silent": True},
+              {"knob": "per_device_train_batch_size", "value": 2, "reason": "two rows do not fit this model"}]
+    executor = LimitedFrame(limits, {("padding", "padding_free"): 3.0, ("per_device_train_batch_size", 2): 2.0})
+    outcome = Tuner(tiny_job(), executor, tmp_path).run()
+    tried = {r["change"] for r in outcome.records}
+    assert not any(change and change.startswith("padding=") for change in tried)
+    assert "per_device_train_batch_size=2" not in tried
+    skipped = dict(outcome.skipped)
+    assert skipped.get("per_device_train_batch_size=2") == "two rows do not fit this model"
+    assert not any(change.startswith("padding=") for change in skipped)  # silent: no note
+    assert all(spec["runner"] == "hf" for spec in executor.specs)
+
+
+def test_the_runner_follows_the_job():
+    assert runner_for(job_from_words("m", ["model=mlp"])[0]) == "mlp"
+    assert runner_for(tiny_job()) == "hf"
