@@ -1,12 +1,12 @@
-"""Compounding, measured for real on the CPU: a second, similar job needs at most half the trials of the
-first to reach its best config, because of what the first run recorded.
+"""Compounding, measured for real on the CPU through the CLI and the framework-free MLP runner (which is
+also the install check, `autotune tune RUN model=mlp smoke`): a second, similar job reaches its best in
+at most half the trials of the first, because of what the first run recorded.
 
-Both jobs start from a config a user might copy from a large-model recipe onto a small job: every row
-padded to max_len, activation checkpointing on although memory is plentiful, and sdpa attention, which
-on this CPU is slower than eager for a model this small. Each of the three costs more than the noise,
-so the first run, ranking from the shipped priors alone, finds them one at a time over several
-trials. The second job is the same family with longer rows (another length spread); its run is
-warm-started from the first run's best config and its beliefs hold the first run's evidence.
+Both jobs start from micro-batch 1 of an effective batch of 64 rows, which wastes most of the step on
+per-call overhead. The first run, ranking from the shipped priors alone, may jump the micro-batch at most
+8x per trial, so it needs two trials (1 -> 8 -> 64) to get there. The second job is the same MLP with
+another input size; its run is warm-started from the first run's best config and its beliefs hold the
+first run's evidence.
 """
 
 from __future__ import annotations
@@ -18,29 +18,45 @@ import sys
 
 import pytest
 
-from autotune.kb import Store, kb_folder
+from autotune.kb import Store
 from autotune.kb.experience import Experience
 from autotune.learn import trials_to_best
 
 pytestmark = pytest.mark.slow
 
-START = ["model=tiny-qwen2", "dataset=synthetic", "effective_batch=16", "gradient_checkpointing=true",
-         "attn_implementation=sdpa", "smoke"]
+START = ["model=mlp", "mlp_width=512", "effective_batch=64", "smoke"]
+SEQUENCE_KNOBS = ("padding", "group_by_length", "attn_implementation", "gradient_checkpointing")
 
 
-def tune(tmp_path, run: str, *words: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", run, *START, *words], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+def tune(folder, kb, run: str, *words: str) -> list[dict]:
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", run, *START, f"kb={kb}", *words], cwd=folder,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = (tmp_path / "runs" / run / "experiments.jsonl").read_text().splitlines()
+    lines = (folder / "runs" / run / "experiments.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
 
-def test_a_second_similar_job_reaches_its_best_in_at_most_half_the_trials(tmp_path):
-    first = tune(tmp_path, "first", "max_len=256", "max_trials=4")
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compounding")
+    return folder, tune(folder, folder / "kb", "first", "max_len=256", "max_trials=3")
+
+
+def test_the_mlp_smoke_tune_keeps_a_faster_config_that_trains_the_same_thing(first_run):
+    folder, records = first_run
+    kept = [r for r in records if r["decision"] == "keep"]
+    assert kept and all(r["parity"]["ok"] for r in kept), [(r["change"], r["reason"]) for r in records]
+    # Only the knobs of a plain PyTorch loop were tried.
+    assert not any(r["change"] and r["change"].split("=")[0] in SEQUENCE_KNOBS for r in records)
+    report = (folder / "runs" / "first" / "report.md").read_text()
+    assert "Settings of a plain PyTorch loop" in report and "seeded random rows of 256 features" in report
+    assert json.loads((folder / "runs" / "first" / "best_config.json").read_text())["pytorch_loop"]
+
+
+def test_a_second_similar_job_reaches_its_best_in_at_most_half_the_trials(first_run):
+    folder, first = first_run
     needed_first = trials_to_best(first)
-    second = tune(tmp_path, "second", "max_len=384", "max_trials=2")
+    second = tune(folder, folder / "kb", "second", "max_len=384", "max_trials=1")
     needed_second = trials_to_best(second)
     summary = (f"first run: best after {needed_first} trial(s) of {len(first) - 1} "
                f"({[(r['change'], r['decision']) for r in first[1:]]}); second run: best after {needed_second} "
@@ -49,9 +65,9 @@ def test_a_second_similar_job_reaches_its_best_in_at_most_half_the_trials(tmp_pa
     assert needed_first >= 2, summary                      # the first run had something to find
     assert 1 <= needed_second <= needed_first / 2, summary
     warm = second[1]
-    assert "warm start" in warm["hypothesis"]["rationale"] and warm["decision"] == "keep", summary
-    assert warm["parity"]["ok"]
+    assert warm["hypothesis"]["source"] == "warm_start" and warm["decision"] == "keep", summary
+    assert warm["knobs"]["per_device_train_batch_size"] == 64 and warm["parity"]["ok"]
     # What the second run's trials showed was recorded on top of the first run's evidence.
-    runs = Experience(Store(kb_folder())).runs()
+    runs = Experience(Store(folder / "kb")).runs()
     assert [r["run"] for r in runs] == ["first", "second"]
     assert runs[1]["trials_to_best"] == needed_second
