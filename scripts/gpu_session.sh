@@ -6,6 +6,7 @@
 #   3. the tiny VLM preset (image+text rows),
 # and prints each run's device peaks, baseline and best samples/s, MFU and trial list (scripts/run_summary.py).
 # Usage: bash scripts/gpu_session.sh [OUT]   (from the repository root; OUT collects logs and reports)
+#        PARTS="tests mlp" bash scripts/gpu_session.sh   runs only those parts (default: tests mlp qwen vlm)
 # Packages the machine lacks may be given as wheels in .whl/ (installed to /tmp/site first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +20,12 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu --format=csv,noheader || true
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 
-echo "== CUDA-marked tests"
-timeout 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -5
+parts=" ${PARTS:-tests mlp qwen vlm} "
+if [[ $parts == *" tests "* ]]; then
+    echo "== CUDA-marked tests"
+    timeout 170 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=5 tests/test_cuda.py > "$out/pytest.log" 2>&1
+    tail -25 "$out/pytest.log"
+fi
 
 tune() {  # tune LIMIT_S RUN key=value ...
     local limit=$1 run=$2
@@ -32,10 +37,13 @@ tune() {  # tune LIMIT_S RUN key=value ...
     python3 scripts/run_summary.py "runs/$run" && cp "runs/$run/report.md" "$out/$run.md"
 }
 
-tune 150 gpu_mlp model=mlp mlp_width=4096 mlp_depth=8 max_len=4096 effective_batch=512 time=130s
-tune 270 gpu_qwen model=qwen2.5-0.5b-shape dataset=synthetic max_len=1024 effective_batch=8 \
-    per_device_train_batch_size=1 padding=max_length precision=fp32 attn_implementation=eager time=250s
-vlm=$(python3 -c "from autotune.presets import VLM_PRESETS; print(next(iter(VLM_PRESETS), ''))" 2>/dev/null)
-if [ -n "$vlm" ]; then
-    tune 130 gpu_vlm model="$vlm" dataset=synthetic max_len=512 effective_batch=8 time=110s
+if [[ $parts == *" mlp "* ]]; then
+    tune 110 gpu_mlp model=mlp mlp_width=4096 mlp_depth=8 max_len=4096 effective_batch=512 time=95s
+fi
+if [[ $parts == *" qwen "* ]]; then
+    tune 215 gpu_qwen model=qwen2.5-0.5b-shape dataset=synthetic max_len=1024 effective_batch=8 \
+        per_device_train_batch_size=1 padding=max_length precision=fp32 attn_implementation=eager time=200s
+fi
+if [[ $parts == *" vlm "* ]]; then
+    tune 130 gpu_vlm model="${VLM_PRESET:-tiny-qwen2-vl}" dataset=synthetic max_len=512 effective_batch=8 time=110s
 fi
