@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import JobError
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
-from .presets import DEMO_PRESET, PRESETS
+from .presets import DEMO_PRESET, PRESETS, is_vision_preset
 
 # The framework-free runner's model: a plain PyTorch MLP over seeded random rows.
 MLP_MODEL = "mlp"
@@ -22,11 +22,13 @@ MODES = ("smoke", "resume", "review", "fresh")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
 JOB_KEYS = {
     "model": "mlp (a plain PyTorch MLP), a built-in preset (" + ", ".join(PRESETS) + "), a hub id like Qwen/Qwen2.5-0.5B, or a local folder",
-    "dataset": "synthetic, a hub id like tatsu-lab/alpaca[:config], or a local .jsonl/.json/.parquet/.csv/.txt file",
+    "dataset": "synthetic, a hub id like tatsu-lab/alpaca[:config], or a local .jsonl/.json/.parquet/.csv/.txt file "
+               "(for a VLM also a folder of images with a .jsonl naming them)",
     "max_len": "a whole number of tokens >= 8, for example max_len=2048 (model=mlp: features per row, default 512)",
     "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
     "method": "sft or lora",
-    "host": "local, or user@host[:port] of a box reachable over SSH (trials run there; records stay here)",
+    "host": "local, user@host[:port] of a box reachable over SSH (trials run there; records stay here), or "
+            "ray (the Ray cluster at RAY_ADDRESS) or ray://HEAD:PORT: trials in parallel, one GPU each",
     "ssh_key": "a private key file for host= (default: the SSH agent, then ~/.ssh/id_*)",
     "ssh_trust_new": "true to record an unknown host's key on first use (default false: it is refused)",
     "ssh_python": "the Python on the remote box, with torch and transformers (default python3)",
@@ -59,14 +61,20 @@ MLP_DEFAULTS = {"dataset": "synthetic", "max_len": "512", "effective_batch": "64
 # Its smoke run (the install check) ends within two minutes, frame and baseline included.
 MLP_SMOKE_TIME_BUDGET_S = 90
 MLP_KEYS = ("mlp_width", "mlp_depth", "mlp_rows")
-# Knobs of sequence models: an MLP row has no length, no attention and no checkpointed layers.
-MLP_FIXED_KNOBS = ("padding", "group_by_length", "attn_implementation", "gradient_checkpointing")
+# The knobs of any PyTorch loop: all that apply to the MLP (its rows have no length, no attention, no
+# images, and it checkpoints no layers).
+MLP_KNOBS = ("per_device_train_batch_size", "precision", "torch_compile", "dataloader_num_workers",
+             "dataloader_pin_memory", "optim")
 REQUIRED = ("model", "dataset", "max_len", "effective_batch")
 # What `smoke` fills in when a key is missing: the embedded default job.
 SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512", "effective_batch": "16"}
 # A smoke run checks a setup in minutes: without `time=`, this is its budget.
 SMOKE_TIME_BUDGET_S = 180
+# An image-text preset's steps carry images through a vision tower and the processor: its smoke run
+# gets longer, still within five minutes.
+VLM_SMOKE_TIME_BUDGET_S = 270
 _HOST = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+(:\d{1,5})?$")
+_RAY_HOST = re.compile(r"^ray://[A-Za-z0-9._-]+:\d{1,5}$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -253,6 +261,8 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
         raise JobError(f"{', '.join(k for k in MLP_KEYS if k in pairs)} go with model=mlp; add model=mlp or drop them")
     if smoke:
         pairs = {**SMOKE_DEFAULTS, **pairs}
+        if "time" not in pairs and is_vision_preset(pairs["model"]):
+            pairs["time"] = f"{VLM_SMOKE_TIME_BUDGET_S}s"
     for key in REQUIRED:
         if key not in pairs:
             raise JobError(f"missing required key '{key}': expected {key}=<{JOB_KEYS[key]}> (or add 'smoke' for the built-in demo job)")
@@ -300,7 +310,7 @@ def _mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     if pairs.get("dataset", "synthetic") != "synthetic":
         raise JobError(f"dataset={pairs['dataset']!r}: model=mlp trains on its own seeded random rows; "
                        "use dataset=synthetic or drop dataset=")
-    fixed = [k for k in MLP_FIXED_KNOBS if k in pairs]
+    fixed = [k for k in CATALOG if k in pairs and k not in MLP_KNOBS]
     if fixed:
         raise JobError(f"{', '.join(fixed)} does not apply with model=mlp (its rows are fixed-size vectors); drop it")
     if smoke and "time" not in pairs:
@@ -317,14 +327,18 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
     """The keys every job takes, whatever it trains."""
     host = pairs.get("host", "local")
     port = host.rpartition(":")[2] if ":" in host else "22"
-    if host != "local" and (not _HOST.match(host) or not 0 < int(port) < 65536):
+    if host == "ray" or host.startswith("ray://"):
+        port = host.rpartition(":")[2] if host.count(":") == 2 else ""
+        if host != "ray" and not (_RAY_HOST.match(host) and 0 < int(port) < 65536):
+            raise JobError(f"host={host!r}: expected {JOB_KEYS['host']}")
+    elif host != "local" and (not _HOST.match(host) or not 0 < int(port) < 65536):
         raise JobError(f"host={host!r}: expected {JOB_KEYS['host']}")
     trust = pairs.get("ssh_trust_new", "false").lower()
     if trust not in ("true", "false"):
         raise JobError(f"ssh_trust_new={pairs['ssh_trust_new']!r}: expected true or false")
     if "ssh_key" in pairs and not Path(pairs["ssh_key"]).expanduser().is_file():
         raise JobError(f"ssh_key={pairs['ssh_key']!r}: no such file; expected {JOB_KEYS['ssh_key']}")
-    if host == "local" and any(k in pairs for k in ("ssh_key", "ssh_trust_new", "ssh_python")):
+    if "@" not in host and any(k in pairs for k in ("ssh_key", "ssh_trust_new", "ssh_python")):
         raise JobError("ssh_key, ssh_trust_new and ssh_python go with host=user@host[:port]")
     return dict(
         run=run, host=host, gpu=pairs.get("gpu", ""),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from .job import MLP_FIXED_KNOBS, Job
+from .job import MLP_KNOBS, Job
 from .knobs import Knobs
 from .records import RunFolder
 from .io import write_json_atomic
@@ -107,7 +107,7 @@ def _remeasure_command(job: Job, knobs: Knobs) -> str:
              f"mlp_depth={job.mlp_depth}", f"mlp_rows={job.mlp_rows}", f"max_len={job.max_len}",
              f"effective_batch={job.effective_batch}"]
     words += [f"{name}={str(value).lower() if isinstance(value, bool) else value}"
-              for name, value in knobs.to_dict().items() if name not in MLP_FIXED_KNOBS]
+              for name, value in knobs.to_dict().items() if name in MLP_KNOBS]
     return shlex.join([*words, "max_trials=1"])
 
 
@@ -239,6 +239,29 @@ def _llm_lines(calls: list[dict[str, Any]], job: Job) -> list[str]:
     return lines
 
 
+def _where(placement: dict[str, Any] | None) -> str:
+    """A record's node and GPU: `address/node-id GPU n` (several nodes may share one address)."""
+    if not placement:
+        return "-"
+    node = placement.get("node", "?") + (f"/{placement['node_id'][:6]}" if placement.get("node_id") else "")
+    return f"{node} GPU {placement.get('gpu') or '?'}"
+
+
+def _parallel_lines(parallel: dict[str, Any] | None, records: list[dict[str, Any]]) -> list[str]:
+    """How trials shared the GPUs, and the wall time a serial run on one of them would have taken more."""
+    if not parallel:
+        return []
+    model = next((r["placement"].get("model") for r in records if r.get("placement")), "?")
+    lost = parallel["slots"] - parallel["slots_left"]
+    return [f"- parallel: trials on {parallel['slots']} GPUs of model {model}"
+            + (f" ({lost} lost during the run)" if lost else "")
+            + f"; the trials' runs took {parallel['device_s']:.0f}s one after another and the loop waited "
+            f"{parallel['waited_s']:.0f}s for them: about **{parallel['saved_s']:.0f}s saved** against a serial run "
+            f"(loop {parallel['loop_s']:.0f}s); runs replayed from speculation {parallel['replayed']}, run at "
+            f"commit {parallel['live']}, thrown away {parallel['thrown_away']} (made for an incumbent a kept change "
+            "replaced)"]
+
+
 def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
     baseline = outcome.baseline["samples_per_s"]
     best = outcome.best_speed
@@ -256,14 +279,15 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
               f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.2%})",
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}), **x{outcome.speedup:.2f}** the baseline "
               "by the chain of interleaved comparisons of the kept changes" + _chain_interval(outcome.records),
-              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s", "",
-              "## Plots", ""]
+              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s"]
+    lines += _parallel_lines(getattr(outcome, "parallel", None), outcome.records) + ["", "## Plots", ""]
     from .plots import write_plots
 
     lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    placed = any(r.get("placement") for r in outcome.records)
     lines += ["", "## Trials", "",
-              "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |"
+              + (" where |" if placed else ""), "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if placed else "")]
     for r in outcome.records:
         peak = r.get("peak_memory_bytes")
         last = r["measurements"][-1] if r["measurements"] else {}
@@ -273,7 +297,8 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
         lines.append("| " + " | ".join(_fmt(c, 2) for c in (
             r["trial"], _change_cell(r), r["state"], r["decision"],
             r["samples_per_s"], r.get("tokens_per_s"), _percent(last.get("mfu")), _percent(last.get("hfu")), ratio,
-            peak / 2**20 if peak else None, r["reason"].replace("|", "/"))) + " |")
+            peak / 2**20 if peak else None, r["reason"].replace("|", "/"))) + " |"
+            + (f" {_where(r.get('placement'))} |" if placed else ""))
     lines += _belief_lines(outcome.records)
     lines += _llm_lines(folder.read_llm_calls(), job)
     best_breakdown = (outcome.best_measurement or {}).get("breakdown")

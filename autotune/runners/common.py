@@ -40,6 +40,21 @@ def setup_device(spec: dict[str, Any]) -> str:
     return device
 
 
+def as_is(item: Any) -> Any:
+    """The loaders' collate function: batches are collated by the dataset (a module-level function, so it
+    pickles where workers are not forked)."""
+    return item
+
+
+def loader_context(workers: int) -> str | None:
+    """How loader workers start: forked, as a user's DataLoader does by default on Linux. The trial itself
+    runs in a forkserver child, whose default would be forkserver: workers that re-import torch and
+    unpickle the rows, which is neither what users run nor possible for the lazy step plan."""
+    import multiprocessing
+
+    return "fork" if workers and "fork" in multiprocessing.get_all_start_methods() else None
+
+
 def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, stderr_path: str,
                env: dict[str, str]) -> None:
     """A trial in a child forked from the executor's fork server, which imported torch and

@@ -16,14 +16,16 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..job import MLP_KNOBS
+from ..knobs import CATALOG
 from . import common
 
 CLASSES = 16
-# What an MLP has none of: changes to these knobs mean nothing here and are dropped without a note.
-NO_SEQUENCES = {"padding": "an MLP row is a fixed-size vector, there is nothing to pad or pack",
-                "group_by_length": "every MLP row has the same size",
-                "attn_implementation": "an MLP has no attention",
-                "gradient_checkpointing": "the MLP runner keeps every activation (its layers are small)"}
+# Why the knobs of sequence and vision models mean nothing here: their changes are dropped without a note.
+NOT_HERE = {"padding": "an MLP row is a fixed-size vector, there is nothing to pad or pack",
+            "group_by_length": "every MLP row has the same size",
+            "attn_implementation": "an MLP has no attention",
+            "gradient_checkpointing": "the MLP runner keeps every activation (its layers are small)"}
 
 
 def _rows(job: dict[str, Any]) -> tuple[Any, Any]:
@@ -73,7 +75,8 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
         "data": {"dataset": "synthetic", "rows_available": job["mlp_rows"], "p10_len": width, "p50_len": width,
                  "p90_len": width, "max_seen_len": width, "mean_len": width, "padding_share": 0.0,
                  "truncated_share": 0.0},
-        "limits": [{"knob": name, "reason": reason, "silent": True} for name, reason in NO_SEQUENCES.items()],
+        "limits": [{"knob": name, "reason": NOT_HERE.get(name, "a plain MLP has no such setting"), "silent": True}
+                   for name in CATALOG if name not in MLP_KNOBS],
     }}
 
 
@@ -173,12 +176,12 @@ def _train(engine: Any, features: Any, labels: Any, knobs: dict[str, Any], spec:
     plan = Plan(step_plan(list(range(2 * effective_batch)), effective_batch, micro),
                 step_plan(list(range(2 * effective_batch, (2 + measure) * effective_batch)), effective_batch, micro),
                 spec["warmup_max"], profile_steps)
-    # Plan counts a row's targets as its length less one (a token row); an MLP row is one target.
-    lengths = [2] * ((2 + measure) * effective_batch)
+    targets_per_row = [1] * ((2 + measure) * effective_batch)  # an MLP row has one label
     workers = knobs["dataloader_num_workers"]
     loader = torch.utils.data.DataLoader(
-        Batches(features, labels), batch_size=None, sampler=plan.items(lengths), num_workers=workers,
-        collate_fn=lambda item: item, pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
+        Batches(features, labels), batch_size=None, sampler=plan.items(targets_per_row), num_workers=workers,
+        collate_fn=common.as_is, multiprocessing_context=common.loader_context(workers),
+        pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
         prefetch_factor=4 if workers else None)
     log, timer, phases = StepLog(), StepTimer(engine.synchronize), PhaseTimer(engine.synchronize)
     parity: dict[str, dict[int, float]] = {"step1": {}, "step2": {}}

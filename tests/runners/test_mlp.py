@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from autotune.job import job_from_words
-from autotune.knobs import Knobs
+from autotune.executors import LocalExecutor
+from autotune.job import MLP_KNOBS, job_from_words
+from autotune.knobs import CATALOG, Knobs
 from autotune.runners import common, mlp
 from autotune.runners.train import TrialFault, is_oom
 
@@ -34,7 +35,8 @@ def test_the_frame_describes_the_mlp_and_drops_sequence_knobs(tmp_path, framed):
     assert framed["model"]["params"] == 16 * 32 + 32 + 32 * 32 + 32 + 32 * mlp.CLASSES + mlp.CLASSES
     assert framed["data"]["p50_len"] == 16 and framed["data"]["padding_share"] == 0.0
     limited = {limit["knob"] for limit in framed["limits"]}
-    assert limited == {"padding", "group_by_length", "attn_implementation", "gradient_checkpointing"}
+    assert {"padding", "group_by_length", "attn_implementation", "gradient_checkpointing"} <= limited
+    assert limited.isdisjoint(MLP_KNOBS) and limited | set(MLP_KNOBS) == set(CATALOG)
     assert all(limit["silent"] for limit in framed["limits"])
     assert json.loads((tmp_path / "rows.json").read_text())["rows"] == 40
 
@@ -67,3 +69,14 @@ def test_injected_faults_end_as_states(tmp_path, framed, fault, state):
     (tmp_path / "spec.json").write_text(json.dumps(trial_spec))
     common.execute(mlp.body, is_oom, TrialFault, tmp_path / "spec.json", tmp_path / "result.json")
     assert json.loads((tmp_path / "result.json").read_text())["state"] == state
+
+
+def test_loader_workers_run_in_the_executors_child(tmp_path):
+    """The executor starts trials from a fork server, whose children would start loader workers the same
+    way (and fail to pickle the step plan); they are forked, as in a user's own loop."""
+    job, _ = job_from_words("m", WORDS)
+    executor = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""})
+    base = {**spec(tmp_path, "frame"), "model_config_path": str(tmp_path / "unused.json")}
+    assert executor.run(base, tmp_path / "frame", 300)["state"] == "complete"
+    result = executor.run({**spec(tmp_path, "trial", dataloader_num_workers=1)}, tmp_path / "workers", 300)
+    assert result["state"] == "complete", result
