@@ -13,7 +13,7 @@ from conftest import make_spec
 from autotune.executors import LocalExecutor
 from autotune.job import job_from_words
 from autotune.knobs import Knobs
-from autotune.probes import parity
+from autotune.probes import parity, peaks
 
 pytestmark = pytest.mark.gpu
 
@@ -50,6 +50,8 @@ def test_the_frame_measures_the_card(frames):
     assert device["kind"] == "cuda" and device["memory_bytes"] > 2**30 and device["tf32"]
     flops = device["peaks"]["matmul_flops"]
     assert flops["bf16"] > flops["fp32"] and device["peaks"]["copy_bytes_per_s"] > 1e11
+    # Every precision at the full size: a small product on a GPU measures its launch, not its arithmetic.
+    assert set(device["peaks"]["matmul_size"].values()) == {peaks.MATMUL_SIZE["cuda"]}
 
 
 @pytest.mark.parametrize("runner", ["hf", "mlp"])
