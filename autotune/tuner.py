@@ -96,6 +96,7 @@ class Outcome:
     stop_reason: str
     wall_s: float = 0.0
     best_measurement: dict[str, Any] | None = None
+    parallel: dict[str, Any] | None = None  # trials run at once on several GPUs: how, and the time saved
 
     @property
     def best_speed(self) -> float:
@@ -154,6 +155,8 @@ class Tuner:
         # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
         self.blocked: dict[tuple, set[str]] = {}
         self.frame_facts: dict[str, Any] = {}
+        self.placement: dict[str, Any] | None = None  # the node and GPU of the latest run, where an executor says
+        self.parallel: Any = None
         self.llm = None
         if job.llm:
             from .reasoner.llm import LLMProposer, LLMSettings
@@ -222,6 +225,7 @@ class Tuner:
             # The GPU slowed itself (thermal, power brake): that window measured the cooling. Once more.
             result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
                                        self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}-again"), timeout)
+        self.placement = result.get("placement", self.placement)
         if result["state"] == "timeout" and by_budget:
             result["reason"] = f"stopped at the end of the time budget ({self.job.time_budget_s}s)"
             self.budget_spent = True
@@ -332,6 +336,10 @@ class Tuner:
             self._save_state(0, Incumbent(self.job.start, [], 0), 0.0)  # the run id is on disk from the start
             frame, incumbent, base_measurement, floor = self.begin()
             trial = 0
+        if hasattr(self.executor, "slots"):
+            from .parallel import ParallelTrials  # an executor with several GPUs: independent trials at once
+
+            self.parallel = ParallelTrials(self)
         baseline_speed = self.records[0]["samples_per_s"]
         stop_reason, skipped = "every applicable change was tried", []
         while True:
@@ -353,7 +361,10 @@ class Tuner:
                 stop_reason = stop or stop_reason
                 break
             trial += 1
-            incumbent = self._try(trial, hypotheses[0], incumbent, base_measurement, floor)
+            if self.parallel is not None:
+                incumbent = self.parallel.attempt(trial, hypotheses, incumbent, base_measurement, floor)
+            else:
+                incumbent = self._try(trial, hypotheses[0], incumbent, base_measurement, floor)
             self._save_state(trial, incumbent, floor)
         self._save_state(trial, incumbent, floor, stop_reason=stop_reason, skipped=skipped)
         self.memory.finish(self.records, incumbent.knobs, incumbent.trial, self._speedup(), baseline_speed, stop_reason)
@@ -361,7 +372,8 @@ class Tuner:
         outcome = Outcome(frame=frame, baseline={"samples_per_s": baseline_speed, "measurement": base_measurement},
                           best=incumbent, records=self.records, skipped=skipped, noise_floor=floor,
                           stop_reason=stop_reason, wall_s=time.monotonic() - self.started, folder=self.folder.path,
-                          best_measurement=best_record["measurements"][-1])
+                          best_measurement=best_record["measurements"][-1],
+                          parallel=self.parallel.close() if self.parallel is not None else None)
         return outcome
 
     def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
@@ -518,7 +530,13 @@ class Tuner:
             "decision": decision, "reason": reason, "measurements": measurements, **summarize(measurements),
             "ratio": None, "incumbent_samples_per_s": None, "noise_floor": None, "parity": None, "ceiling": None,
             "stderr_tail": stderr, "wall_s": round(wall, 3), "hypothesis": None, "beliefs": [], "replayed_from": None,
+            **self._placed(),
         }
+
+    def _placed(self) -> dict[str, Any]:
+        """Where this record's runs ran (an executor with several GPUs says); nothing for a local run."""
+        placement, self.placement = self.placement, None
+        return {"placement": placement} if placement else {}
 
     def _append(self, record: dict[str, Any]) -> None:
         self.folder.append_experiment(record)

@@ -1,0 +1,240 @@
+"""The Ray executor against a real local Ray cluster, started here: `ray start --head` and one worker
+node on 127.0.0.1, CPU only, each with one fake GPU labelled as one model (`accelerator_type:FAKE`).
+Trials answer from the table of outcomes inside the Ray actors, so the parallel smoke tune can be
+compared with the serial one record for record; a worker node killed mid-trial gives a `crash` trial.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+# Ray on Linux turns 127.0.0.1 into the machine's address when a driver joins; the cluster stays on loopback.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+import ray  # noqa: E402
+import table_outcomes  # noqa: E402
+from conftest import make_spec, tiny_job  # noqa: E402
+from table_outcomes import DOOMED, Table  # noqa: E402
+
+from autotune.errors import AutotuneError, JobError  # noqa: E402
+from autotune.executors import get_executor  # noqa: E402
+from autotune.executors.ray import RayExecutor  # noqa: E402
+from autotune.records import RunFolder  # noqa: E402
+from autotune.report import write_best_config, write_report  # noqa: E402
+from autotune.tuner import Tuner  # noqa: E402
+
+pytestmark = pytest.mark.slow
+MODEL = "FAKE"
+SLEEP_S = 0.4  # each measurement holds its GPU this long, so that running two at once shows
+NOTHING_KEPT = "dataloader_num_workers,attn_implementation,optim"
+# The table travels to the actors by value: the nodes cannot import the tests.
+ray.cloudpickle.register_pickle_by_value(table_outcomes)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _node(address: str | None, temp: Path, log: Path, extra_env: dict[str, str], port: int = 0,
+          client_port: int = 0) -> subprocess.Popen:
+    ports = ["--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+             "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"]
+    command = [str(Path(sys.executable).parent / "ray"), "start", "--block", "--disable-usage-stats",
+               "--node-ip-address", "127.0.0.1", "--num-cpus", "2", "--num-gpus", "1",
+               "--resources", json.dumps({f"accelerator_type:{MODEL}": 1}), "--object-store-memory", str(100 * 2**20)]
+    command += [arg for name in ports for arg in (name, str(_free_port()))]
+    if address is None:
+        command += ["--head", "--port", str(port), "--include-dashboard", "false", "--temp-dir", str(temp),
+                    "--ray-client-server-port", str(client_port)]
+    else:
+        command += ["--address", address]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    # A lost node is noticed within a couple of seconds, not Ray's default of tens.
+    (temp / "tmp").mkdir(parents=True, exist_ok=True)
+    # TMPDIR: what the nodes' actors leave (a killed node cleans nothing) goes with the cluster's folder.
+    env.update(TMPDIR=str(temp / "tmp"), RAY_health_check_period_ms="500", RAY_health_check_failure_threshold="3",
+               RAY_health_check_initial_delay_ms="0", **extra_env)
+    with open(log, "w") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _kill(node: subprocess.Popen) -> None:
+    """The node's processes by id: its process group (raylet, agents) and every descendant (Ray's
+    workers put themselves in groups of their own)."""
+    try:
+        family = psutil.Process(node.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    try:
+        os.killpg(node.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for process in family:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
+    node.wait()
+
+
+def _alive_nodes() -> int:
+    return sum(1 for n in ray.nodes() if n["Alive"])
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray", numbered=True)
+    temp = Path(tempfile.mkdtemp(prefix="atray-", dir="/tmp"))  # short: Ray's socket paths have a length limit
+    port, client_port = _free_port(), _free_port()
+    address = f"127.0.0.1:{port}"
+    head = _node(None, temp, root / "head.log", {}, port, client_port)
+    nodes = [head]
+    try:
+        deadline = time.monotonic() + 60
+        while "ray start --address" not in (root / "head.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "ray start --address" in (root / "head.log").read_text(), (root / "head.log").read_text()[-2000:]
+        worker = _node(address, temp, root / "worker.log", {DOOMED: "1"})
+        nodes.append(worker)
+        ray.init(address=address, log_to_driver=False)
+        while _alive_nodes() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _alive_nodes() == 2, (root / "worker.log").read_text()[-2000:]
+        ray.shutdown()
+        yield {"address": address, "client": f"ray://127.0.0.1:{client_port}", "worker": worker, "root": root}
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        for node in reversed(nodes):
+            _kill(node)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _tune(root: Path, run: str, executor, monkeypatch, *words: str):
+    (root / "kb").mkdir(parents=True)
+    monkeypatch.setenv("AUTOTUNE_KB", str(root / "kb"))  # each tune from the shipped priors alone
+    tuner = Tuner(tiny_job(*words, run=run), executor, root)
+    begun = time.monotonic()
+    original = tuner.begin
+
+    def timed_begin():
+        phases = original()
+        tuner.loop_started = time.monotonic()
+        return phases
+
+    tuner.begin = timed_begin
+    try:
+        outcome = tuner.run()
+    finally:
+        close = getattr(executor, "close", None)
+        if close:
+            close()
+    return tuner, outcome, time.monotonic() - begun, time.monotonic() - tuner.loop_started
+
+
+def facts(records):
+    return [(r["trial"], r["change"], r["knobs"], r["state"], r["decision"]) for r in records]
+
+
+def test_a_smoke_tune_two_trials_at_a_time_records_what_the_serial_one_does(cluster, tmp_path, monkeypatch):
+    start = tiny_job().start.to_dict()
+    _, serial, serial_s, serial_loop = _tune(tmp_path / "serial", "s", Table(start, SLEEP_S), monkeypatch)
+    executor = RayExecutor(cluster["address"], make_inner=functools.partial(Table, start, SLEEP_S))
+    tuner, parallel, parallel_s, parallel_loop = _tune(tmp_path / "ray", "p", executor, monkeypatch)
+    assert parallel.best.knobs == serial.best.knobs and serial.best.knobs.padding == "padding_free"
+    assert facts(parallel.records) == facts(serial.records)
+    # Every trial is on the record once, in order, and each names its node and GPU.
+    records = RunFolder(tmp_path / "ray", "p").read_experiments()
+    assert [r["trial"] for r in records] == list(range(len(serial.records)))
+    assert all(r["placement"]["model"] == MODEL for r in records)
+    assert len({r["placement"]["node_id"] for r in records}) == 2  # both nodes ran trials
+    assert parallel.parallel["slots"] == 2 and parallel.parallel["saved_s"] > 0
+    write_report(tuner.folder, tuner.job, parallel, write_best_config(tuner.folder, tuner.job, parallel.best.knobs))
+    report = tuner.folder.report.read_text()
+    assert "2 GPUs of model FAKE" in report and "| where |" in report
+    print(f"\nwall time, parallel / serial smoke tune: {parallel_s:.1f}s / {serial_s:.1f}s = "
+          f"{parallel_s / serial_s:.2f}; the loop alone: {parallel_loop:.1f}s / {serial_loop:.1f}s = "
+          f"{parallel_loop / serial_loop:.2f}")
+
+
+def test_the_package_reaches_the_nodes_through_the_runtime_environment(cluster):
+    # Through Ray Client (host=ray://HEAD:PORT), the way in from outside the cluster's network.
+    executor = RayExecutor(cluster["client"], make_inner=functools.partial(Table, {}, 0.0))
+    try:
+        executor.connect(MODEL.lower())  # gpu= names the model, case aside
+        assert len(executor.slots()) == 2
+        # Each node holds the package unpacked from the runtime environment's upload (here this checkout
+        # is on the same disk as well, and the driver's folder comes first on the workers' path).
+        assert all(slot.where["shipped"] for slot in executor.slots()), [s.where for s in executor.slots()]
+    finally:
+        executor.close()
+
+
+def test_the_real_runner_runs_on_the_nodes_with_the_frame_inputs_shipped(cluster, tmp_path):
+    """The built-in runner in a child process on each node: the frame writes the rows on one node, they
+    come back to this machine, and a trial on the other node reads them from there."""
+    executor = RayExecutor(cluster["address"])
+    try:
+        frame = executor.run(make_spec(tmp_path, "frame"), tmp_path / "trials" / "frame", 300)
+        assert frame["state"] == "complete", frame.get("stderr_tail") or frame["reason"]
+        assert (tmp_path / "rows.json").is_file() and (tmp_path / "model_config.json").is_file()
+        home, other = executor.slots()
+        trial = other.run(make_spec(tmp_path, "trial"), tmp_path / "trials" / "001-001", 300)
+        assert trial["state"] == "complete", trial.get("stderr_tail") or trial["reason"]
+        assert trial["measurement"]["samples_per_s"] > 0 and (tmp_path / "trials" / "001-001" / "result.json").is_file()
+        assert frame["placement"]["node_id"] != trial["placement"]["node_id"]
+    finally:
+        executor.close()
+
+
+def test_host_ray_takes_the_address_from_RAY_ADDRESS(cluster, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(JobError, match="RAY_ADDRESS is not set"):
+        get_executor("ray")
+    monkeypatch.setenv("RAY_ADDRESS", cluster["address"])
+    executor = get_executor("ray")
+    assert isinstance(executor, RayExecutor) and executor.address == cluster["address"]
+    assert get_executor("ray://10.0.0.9:10001").address == "ray://10.0.0.9:10001"
+    assert tiny_job("host=ray").host == "ray" and tiny_job("host=ray://10.0.0.9:10001").host.startswith("ray://")
+    with pytest.raises(JobError, match="host='ray://head'"):
+        tiny_job("host=ray://head")
+    with pytest.raises(AutotuneError, match="nothing answers at 127.0.0.1:1"):
+        RayExecutor("127.0.0.1:1").connect()  # in seconds, where Ray would retry for minutes
+
+
+def test_a_node_killed_mid_trial_is_a_crash_and_the_tune_finishes(cluster, tmp_path, monkeypatch):
+    """Last in this module: the worker node does not come back."""
+    start = tiny_job().start.to_dict()
+    marker = tmp_path / "doomed"
+    executor = RayExecutor(cluster["address"], make_inner=functools.partial(Table, start, 0.05, str(marker)))
+
+    def kill_when_doomed():
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _kill(cluster["worker"])
+
+    killer = threading.Thread(target=kill_when_doomed, daemon=True)
+    killer.start()
+    # Nothing is kept here, so the speculative trial on the doomed node is committed as it ran.
+    _, outcome, _, _ = _tune(tmp_path / "lost", "c", executor, monkeypatch, f"only={NOTHING_KEPT}")
+    killer.join(timeout=5)
+    crashed = [r for r in outcome.records if r["state"] == "crash"]
+    assert len(crashed) == 1 and "lost mid-trial" in crashed[0]["reason"], [r["reason"] for r in outcome.records]
+    assert [r["trial"] for r in outcome.records] == list(range(len(outcome.records))) and len(outcome.records) > 3
+    assert outcome.parallel["slots_left"] == 1 and outcome.stop_reason == "every applicable change was tried"

@@ -1,0 +1,88 @@
+"""The parallel loop without a cluster: fake GPU slots that answer from the table of outcomes. A tune
+with several slots must record what the serial tune records, trial for trial, and keep every run of a
+trial on one slot. The same loop on a real Ray cluster is in tests/executors/test_ray.py."""
+
+from __future__ import annotations
+
+from conftest import tiny_job
+from table_outcomes import Table, TableSlots
+
+from autotune.records import RunFolder
+from autotune.tuner import Tuner
+
+NOTHING_KEPT = "dataloader_num_workers,attn_implementation,optim"
+
+
+def facts(records: list[dict]) -> list[tuple]:
+    return [(r["trial"], r["change"], r["knobs"], r["state"], r["decision"], r["samples_per_s"], r["ratio"])
+            for r in records]
+
+
+def tune(root, executor, run, monkeypatch, *words):
+    # Each tune starts from the shipped priors: what one learns must not steer the other.
+    (root / "kb").mkdir(parents=True)
+    monkeypatch.setenv("AUTOTUNE_KB", str(root / "kb"))
+    tuner = Tuner(tiny_job(*words, run=run), executor, root)
+    return tuner, tuner.run()
+
+
+def test_parallel_records_what_serial_records(tmp_path, monkeypatch):
+    start = tiny_job().start.to_dict()
+    _, serial = tune(tmp_path / "serial", Table(start), "s", monkeypatch)
+    executor = TableSlots(start, 3)
+    _, parallel = tune(tmp_path / "parallel", executor, "p", monkeypatch)
+    assert serial.best.knobs == parallel.best.knobs and serial.best.knobs.padding == "padding_free"
+    # The same trials, decisions and figures: each trial's runs were on one slot, its seeds the serial ones.
+    assert facts(parallel.records) == facts(serial.records)
+    on_disk = RunFolder(tmp_path / "parallel", "p").read_experiments()
+    assert [r["trial"] for r in on_disk] == list(range(len(serial.records)))
+    # Every trial ran on one slot (its placement), and the slots shared the work.
+    trials = tmp_path / "parallel" / "p" / "trials"
+    for record in parallel.records[1:]:
+        slots = {path.read_text() for path in trials.glob(f"{record['trial']:03d}-*/slot.txt")}
+        assert slots == {record["placement"]["gpu"]}
+    assert len({r["placement"]["gpu"] for r in parallel.records[1:]}) > 1
+    assert parallel.parallel["slots"] == 3 and parallel.parallel["replayed"] > 0
+    assert not (tmp_path / "parallel" / "p" / "speculative").exists()
+
+
+def test_a_lost_slot_is_a_crash_and_the_tune_goes_on(tmp_path, monkeypatch):
+    start = tiny_job().start.to_dict()
+    executor = TableSlots(start, 2)
+    doomed = executor.slots()[1]
+    real = doomed.run
+
+    def lost(spec, trial_dir, timeout_s):
+        if not trial_dir.name.startswith("000"):
+            doomed.alive = False
+            return {"state": "crash", "reason": "node 10.0.0.1 (GPU 1): it was lost mid-trial", "wall_s": 0.1,
+                    "placement": {"node": "10.0.0.1", "gpu": "1", "model": "FAKE"}}
+        return real(spec, trial_dir, timeout_s)
+
+    doomed.run = lost
+    # Nothing here is kept, so every speculation is committed: the lost one too.
+    _, outcome = tune(tmp_path / "lost", executor, "c", monkeypatch, f"only={NOTHING_KEPT}")
+    crashed = [r for r in outcome.records if r["state"] == "crash"]
+    assert len(crashed) == 1 and "lost mid-trial" in crashed[0]["reason"]
+    assert [r["trial"] for r in outcome.records] == list(range(len(outcome.records)))
+    assert outcome.best.trial == 0 and outcome.parallel["slots_left"] == 1 and len(outcome.records) > 3
+
+
+def test_the_replay_gives_the_tape_while_it_matches_then_measures_on_the_tapes_slot(tmp_path):
+    from autotune.parallel import Tape, _Replay, _same
+    from autotune.reasoner import Hypothesis
+
+    start = tiny_job().start.to_dict()
+    slots = TableSlots(start, 2).slots()
+    screen = {"kind": "trial", "knobs": {**start, "padding": "padding_free"}, "ceiling": True}
+    incumbent = {"kind": "trial", "knobs": start, "ceiling": False}
+    taped = {"state": "complete", "wall_s": 2.0, "measurement": {"samples_per_s": 1.0}}
+    tape = Tape(1, Hypothesis.__new__(Hypothesis), (), slots[1], tmp_path / "tape",
+                runs=[(_same(screen), taped, tmp_path / "none"), (_same(screen), taped, tmp_path / "none")])
+    replay = _Replay(tape)
+    assert replay.run(screen, tmp_path / "a", 60) == taped  # the tape's first run
+    live = replay.run(incumbent, tmp_path / "b", 60)  # not on the tape: measured now, on the tape's slot
+    assert live["placement"]["gpu"] == "1" and (tmp_path / "b" / "slot.txt").read_text() == "1"
+    # Once a run was measured live, the rest of the tape (made before it) is not used.
+    again = replay.run(screen, tmp_path / "c", 60)
+    assert again != taped and replay.position == 1 and replay.live == 2
