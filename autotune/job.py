@@ -72,7 +72,7 @@ SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512"
 SMOKE_TIME_BUDGET_S = 180
 # An image-text preset's steps carry images through a vision tower and the processor: its smoke run
 # gets longer, still within five minutes.
-VLM_SMOKE_TIME_BUDGET_S = 270
+VLM_SMOKE_TIME_BUDGET_S = 285
 _HOST = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+(:\d{1,5})?$")
 _RAY_HOST = re.compile(r"^ray://[A-Za-z0-9._-]+:\d{1,5}$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$")

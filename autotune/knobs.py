@@ -27,6 +27,10 @@ class Knob:
     choices: tuple = ()
     affects_memory: bool = False
     help: str = ""
+    # Only image-text models have it (rank proposes it only where the frame found a vision tower).
+    vision: bool = False
+    # Changes what is trained, not only how fast: tried only where the user allowed it (a job key).
+    changes_training: bool = False
 
 
 CATALOG: dict[str, Knob] = {k.name: k for k in (
@@ -44,6 +48,11 @@ CATALOG: dict[str, Knob] = {k.name: k for k in (
     Knob("dataloader_pin_memory", "bool", help="page-locked host batches (CUDA)"),
     Knob("optim", "choice", OPTIMIZERS, affects_memory=True,
          help="optimizer implementation (same AdamW math)"),
+    Knob("max_image_pixels", "int", affects_memory=True, vision=True, changes_training=True,
+         help="VLMs: cap each image at this many pixels before the processor (0: the processor's own); "
+              "tried only with allow_image_resize=true"),
+    Knob("freeze_vision_tower", "bool", affects_memory=True, vision=True,
+         help="VLMs: run the vision tower without autograd (only where the method trains nothing in it)"),
 )}
 
 # The config many people start with: pad to max length, micro-batch 1, fp32, eager attention.
@@ -51,7 +60,7 @@ NAIVE_START: dict[str, Any] = {
     "per_device_train_batch_size": 1, "padding": "max_length", "group_by_length": False,
     "attn_implementation": "eager", "precision": "fp32", "gradient_checkpointing": False,
     "torch_compile": False, "dataloader_num_workers": 0, "dataloader_pin_memory": False,
-    "optim": "adamw_torch",
+    "optim": "adamw_torch", "max_image_pixels": 0, "freeze_vision_tower": False,
 }
 
 
@@ -69,6 +78,8 @@ class Knobs:
     dataloader_num_workers: int = 0
     dataloader_pin_memory: bool = False
     optim: str = "adamw_torch"
+    max_image_pixels: int = 0
+    freeze_vision_tower: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

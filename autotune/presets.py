@@ -5,6 +5,8 @@ Pure data: the parent process validates names against this without importing tor
 
 from __future__ import annotations
 
+import re
+
 # Small enough for a CPU trial in seconds, large enough that batching and attention choices matter.
 _TINY = dict(
     vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
@@ -22,6 +24,27 @@ PRESETS: dict[str, dict] = {
         "max_position_embeddings": 32768, "rope_theta": 1000000.0, "tie_word_embeddings": True,
         "rms_norm_eps": 1e-6,
     },
+    # A Qwen2-VL image-text model: the tiny text model above behind a two-block vision tower (patch 14,
+    # 2x2 merge, as the real family). Token ids follow runners/vision.py's in-memory tokenizer (259 up).
+    "tiny-qwen2-vl": {
+        "model_type": "qwen2_vl",
+        "text_config": {**{k: v for k, v in _TINY.items() if k != "vocab_size"}, "vocab_size": 512,
+                        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                            "mrope_section": [4, 6, 6]}},
+        "vision_config": {"depth": 2, "embed_dim": 64, "hidden_size": 128, "num_heads": 2, "mlp_ratio": 2,
+                          "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
+        "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
+    },
+    # A LLaVA model: a two-layer CLIP vision tower at 224 px (256 image tokens per image) and a projector.
+    "tiny-llava": {
+        "model_type": "llava",
+        "text_config": {"model_type": "llama", **{k: v for k, v in _TINY.items() if k != "vocab_size"},
+                        "vocab_size": 512},
+        "vision_config": {"model_type": "clip_vision_model", "hidden_size": 64, "intermediate_size": 128,
+                          "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 224, "patch_size": 14},
+        "image_token_id": 259,
+    },
 }
 
 # What `smoke` shrinks any architecture to: same model_type, tiny dimensions.
@@ -29,8 +52,17 @@ SMOKE_DIMENSIONS = {k: v for k, v in _TINY.items() if k != "vocab_size"}
 DEMO_PRESET = "tiny-qwen2"
 
 
+def is_vision_preset(name: str) -> bool:
+    """An image-text preset (its config has a vision tower): smoke keeps it as it is, it is tiny already."""
+    return "vision_config" in PRESETS.get(name, {})
+
+
 def preset_for_architecture(model_type: str | None) -> str:
     """The tiny preset closest to an architecture, for smoke runs whose config cannot be read."""
+    if model_type and "qwen" in model_type and re.search(r"[-_]vl\b|[-_]vl[-_]", model_type):
+        return "tiny-qwen2-vl"
+    if model_type and "llava" in model_type:
+        return "tiny-llava"
     if model_type and "qwen" in model_type:
         return "tiny-qwen2"
     return "tiny-llama"

@@ -60,13 +60,16 @@ def _idle_linears(model: torch.nn.Module) -> set[int]:
     return idle
 
 
-def matmul_params(model: torch.nn.Module) -> dict[str, int]:
+def matmul_params(model: torch.nn.Module, skip: Iterable[torch.nn.Module] = ()) -> dict[str, int]:
     """Weights that take part in a matrix product per token, split by whether they get a gradient.
 
     Walks modules, not parameters: a tied lm_head shares its tensor with the embedding, and
     ``named_parameters`` would report it once under the embedding, which is a lookup, not a matmul.
+    `skip`: subtrees counted elsewhere (a VLM's vision tower and projector run per image, not per token).
     """
     idle = _idle_linears(model)
+    for root in skip:
+        idle.update(id(sub) for sub in root.modules())
     counts = {"frozen": 0, "trainable": 0}
     for module in model.modules():
         if isinstance(module, torch.nn.Linear) and id(module) not in idle:

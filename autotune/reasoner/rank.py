@@ -40,6 +40,10 @@ CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     # Both ways: a user who starts with checkpointing or compile on should learn what they cost.
     ("gradient_checkpointing", (False, True)),
     ("torch_compile", (False, True)),
+    # Image-text models only (features say so): a resolution cap where the user allowed one (256 Qwen2-VL
+    # tokens' worth of pixels), and a vision tower run without autograd where nothing in it trains.
+    ("max_image_pixels", (256 * 28 * 28, 0)),
+    ("freeze_vision_tower", (True, False)),
 )
 
 
@@ -88,6 +92,8 @@ MAX_JUMP = 8
 
 def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int,
             features: dict[str, Any]) -> Iterable[Any]:
+    if CATALOG[knob].vision and not features.get("vlm"):
+        return ()
     if knob != "per_device_train_batch_size":
         return listed
     options = divisors(effective_batch)

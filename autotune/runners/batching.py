@@ -35,13 +35,19 @@ def group_by_length(row_ids: list[int], lengths: list[int], micro: int) -> list[
     return ordered
 
 
-def _labels(ids: list[int]) -> list[int]:
-    """Next-token targets inside one row; the last token has none."""
-    return ids[1:] + [IGNORE]
+def _labels(ids: list[int], ignore: frozenset[int] = frozenset()) -> list[int]:
+    """Next-token targets inside one row; the last token has none, nor do image-block tokens (`ignore`):
+    a VLM is not trained to predict its own image placeholders."""
+    return [IGNORE if t in ignore else t for t in ids[1:]] + [IGNORE]
+
+
+def row_targets(ids: list[int], ignore: frozenset[int] = frozenset()) -> int:
+    """How many loss targets a row has (what a step's loss is normalised by)."""
+    return sum(1 for t in ids[1:] if t not in ignore)
 
 
 def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn: str,
-            leak_packed_rows: bool = False) -> dict[str, Any]:
+            leak_packed_rows: bool = False, ignore: frozenset[int] = frozenset()) -> dict[str, Any]:
     """Tensors for one micro-batch.
 
     `slots` gives, per token, which row of the micro-batch it belongs to (-1 for padding), so per-row
@@ -51,7 +57,7 @@ def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn
     real_tokens = sum(len(r) for r in rows)
     if padding == "padding_free":
         ids = [t for r in rows for t in r]
-        labels = [t for r in rows for t in _labels(r)]
+        labels = [t for r in rows for t in _labels(r, ignore)]
         positions = [p for r in rows for p in range(len(r))]
         slots = [i for i, r in enumerate(rows) for _ in r]
         batch = {
@@ -73,7 +79,7 @@ def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn
     for i, row in enumerate(rows):
         gap = width - len(row)
         ids.append(row + [pad_id] * gap)
-        labels.append(_labels(row) + [IGNORE] * gap)
+        labels.append(_labels(row, ignore) + [IGNORE] * gap)
         mask.append([1] * len(row) + [0] * gap)
         slots.append([i] * len(row) + [-1] * gap)
     return {

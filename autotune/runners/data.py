@@ -106,8 +106,14 @@ def length_facts(rows: list[list[int]], max_len: int) -> dict[str, float]:
     }
 
 
-def write_rows(path: Path, rows: list[list[int]], pad_id: int, vocab_size: int) -> None:
-    write_json_atomic(path, {"schema_version": 1, "pad_id": pad_id, "vocab_size": vocab_size, "rows": rows}, indent=None)
+def write_rows(path: Path, rows: list[list[int]], pad_id: int, vocab_size: int,
+               vision: dict[str, Any] | None = None) -> None:
+    """The run's rows. An image-text run adds `vision`: per row its images (indices into the images
+    file beside this one, see runners/images.py) and their (height, width), and the image-block tokens."""
+    data = {"schema_version": 1, "pad_id": pad_id, "vocab_size": vocab_size, "rows": rows}
+    if vision is not None:
+        data["vision"] = vision
+    write_json_atomic(path, data, indent=None)
 
 
 def read_rows(path: Path) -> dict[str, Any]:

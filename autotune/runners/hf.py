@@ -14,20 +14,8 @@ from . import common
 
 # Rows the frame samples for the length spread of a real dataset.
 FRAME_SAMPLE_ROWS = 2000
-
-
-def _setup(spec: dict[str, Any]) -> str:
-    import torch
-
-    from ..probes.device import pick_device
-
-    torch.manual_seed(spec["job"].get("seed", 0))
-    device = "cpu" if spec["job"].get("smoke") else pick_device()
-    if device == "cpu":
-        # One core stays free for the tuner, loader workers and the OS: OpenMP threads that must share
-        # a core with anything else spin-wait and make step times swing by 10x.
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    return device
+# Image-text examples cost an image decode and a token count each: a smaller sample for the spread.
+VLM_FRAME_SAMPLE_ROWS = 256
 
 
 def frame(spec: dict[str, Any]) -> dict[str, Any]:
@@ -35,11 +23,19 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
     from .data import length_facts, load_examples, synthetic_rows, tokenize_rows, write_rows
     from .models import build_model, load_tokenizer, model_facts, resolve_config, save_config
 
-    job, device = spec["job"], _setup(spec)
+    from .vision import is_vlm
+    from .vision_frame import frame_vlm, text_limits
+
+    job, device = spec["job"], common.setup_device(spec)
     config, source = resolve_config(job)
     save_config(config, Path(spec["model_config_path"]))
     model = build_model(job, spec["knobs"], device, config)
     needed = spec["rows_needed"]
+    if is_vlm(config):
+        facts = frame_vlm(spec, job, config, model, needed, VLM_FRAME_SAMPLE_ROWS)
+        return {"frame": {"device": device_facts(device, spec.get("peak_cache")),
+                          "model": {**model_facts(model, config), "source": source}, "data": facts["data"],
+                          "limits": facts["limits"]}}
     if job["dataset"] == "synthetic":
         vocab = config.vocab_size
         sample = synthetic_rows(max(needed, FRAME_SAMPLE_ROWS), job["max_len"], vocab, job.get("seed", 0))
@@ -55,10 +51,12 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
     write_rows(Path(spec["rows_path"]), rows, pad_id, vocab)
     return {"frame": {"device": device_facts(device, spec.get("peak_cache")), "model": {**model_facts(model, config), "source": source},
                       "data": {**length_facts(sample, job["max_len"]), "rows_available": len(sample),
-                               "dataset": job["dataset"]}}}
+                               "dataset": job["dataset"]},
+                      "limits": text_limits()}}
 
 
-def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dict[str, Any]) -> dict[str, Any]:
+def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dict[str, Any],
+             vision: Any = None) -> dict[str, Any]:
     """One full optimizer step on a micro-batch of max_len rows, in a model of its own, before anything
     is timed: a config that cannot survive its worst batch is `oom` without spending a measurement."""
     import gc
@@ -73,7 +71,7 @@ def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dic
     knobs = spec["knobs"]
     limit = memory.limit_bytes(memory_total(device), job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN))
     engine = Engine(build_model(job, knobs, device, load_config(Path(spec["model_config_path"]))), knobs, device)
-    reading = worst_case_peak(engine, knobs, job, stored["vocab_size"])
+    reading = worst_case_peak(engine, knobs, job, stored["vocab_size"], vision, stored["rows"])
     del engine
     gc.collect()
     if device == "cuda":  # CUDA-only
@@ -110,13 +108,15 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from .data import read_rows
     from .models import build_model, load_config
     from .train import Engine, TrialFault, run_steps
+    from .vision_frame import vision_rows
 
-    job, knobs, device = dict(spec["job"]), spec["knobs"], _setup(spec)
+    job, knobs, device = dict(spec["job"]), spec["knobs"], common.setup_device(spec)
     common.inject_early_fault(spec.get("inject_fault"))
     stored = read_rows(Path(spec["rows_path"]))
     job["pad_id"] = stored["pad_id"]
-    ceiling = _ceiling(spec, job, device, stored) if spec.get("ceiling") else None
     config = load_config(Path(spec["model_config_path"]))
+    vision = vision_rows(job, knobs, config, stored, Path(spec["rows_path"]))
+    ceiling = _ceiling(spec, job, device, stored, vision) if spec.get("ceiling") else None
     model = build_model(job, knobs, device, config)
     if spec.get("leak_packed_rows"):
         # What Trainer + DataCollatorWithFlattening run: the model's default config, cache on, so the
@@ -128,7 +128,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         log = run_steps(engine, stored["rows"], knobs, job, spec["measure_steps"], spec["warmup_max"],
                         inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False),
-                        profile_steps=spec.get("profile_steps", 0), window=sampler)
+                        profile_steps=spec.get("profile_steps", 0), window=sampler, vision=vision)
     finally:
         sampler.stop()
     peak = memory.read_peak(device)
@@ -136,9 +136,14 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     # even where a knob reorders rows between steps (group_by_length).
     measured_s = sum(log.times)
     first = 2 * job["effective_batch"]
-    lengths = [len(r) for r in stored["rows"][first:first + log.measured_rows]]
-    window_flops = flops.step_flops(flops.matmul_params(model), flops.attention_shape(config), lengths,
-                                    knobs["gradient_checkpointing"])
+    measured = range(first, first + log.measured_rows)
+    if vision is None:
+        window_flops = flops.step_flops(flops.matmul_params(model), flops.attention_shape(config),
+                                        [len(stored["rows"][r]) for r in measured], knobs["gradient_checkpointing"])
+    else:
+        from .vision_frame import vlm_flops
+
+        window_flops = vlm_flops(model, config, vision, stored["rows"], measured, knobs["gradient_checkpointing"])
     peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
     mfu = flops.mfu(window_flops["model"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
     hfu = flops.hfu(window_flops["hardware"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ..presets import PRESETS, SMOKE_DIMENSIONS, preset_for_architecture
+from ..presets import PRESETS, SMOKE_DIMENSIONS, is_vision_preset, preset_for_architecture
 from .data import ByteTokenizer
 
 # Large vocabularies dominate a tiny smoke model's time and memory; smoke keeps the architecture,
@@ -31,7 +31,7 @@ def resolve_config(job: dict[str, Any]) -> tuple[Any, str]:
     model = job["model"]
     if model in PRESETS:
         values = dict(PRESETS[model])
-        if job.get("smoke"):
+        if job.get("smoke") and not is_vision_preset(model):
             values.update(SMOKE_DIMENSIONS)
             values["vocab_size"] = min(values["vocab_size"], SMOKE_VOCAB)
         return _config_from_dict(values), f"preset {model}"
@@ -46,6 +46,14 @@ def resolve_config(job: dict[str, Any]) -> tuple[Any, str]:
             raise
         guess = preset_for_architecture(model.lower())
         return _config_from_dict(PRESETS[guess]), f"config of {model} not readable offline ({error.__class__.__name__}); smoke uses preset {guess}"
+    if job.get("smoke") and getattr(config, "vision_config", None) is not None:
+        # A VLM's tiny twin is its family's preset: smoke shrinks text dimensions only, and the
+        # processor must be built without a download, at token ids the preset's config names.
+        guess = preset_for_architecture(config.model_type)
+        if is_vision_preset(guess):
+            return (_config_from_dict(PRESETS[guess]),
+                    f"smoke uses preset {guess} for the {config.model_type} model {model}")
+        raise ValueError(f"smoke has no tiny preset of the {config.model_type} family; run without smoke")
     if job.get("smoke"):
         values = config.to_dict()
         values.update(SMOKE_DIMENSIONS)
@@ -77,37 +85,76 @@ def load_config(path: Path) -> Any:
 
 def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config: Any) -> torch.nn.Module:
     """Same initial weights in every trial of a run: seeded construction, seeded LoRA init."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    from .vision import is_vlm
+
+    vlm = is_vlm(config)
+    auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
     config.use_cache = False  # training; a cache also switches off packed-row mask detection
     torch.manual_seed(job.get("seed", 0))
     if uses_random_weights(job):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation=knobs["attn_implementation"],
-                                                 dtype=torch.float32)
+        model = auto.from_config(config, attn_implementation=knobs["attn_implementation"], dtype=torch.float32)
     else:
-        model = AutoModelForCausalLM.from_pretrained(job["model"], config=config, dtype=torch.float32,
-                                                     attn_implementation=knobs["attn_implementation"])
+        model = auto.from_pretrained(job["model"], config=config, dtype=torch.float32,
+                                     attn_implementation=knobs["attn_implementation"])
     model.config.use_cache = False
     if knobs["gradient_checkpointing"]:
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        # transformers renamed gradient_checkpointing_enable in 5.2x; earlier 5.x releases have only the old name.
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if job.get("method") == "lora":
         from peft import LoraConfig, get_peft_model
 
         torch.manual_seed(job.get("seed", 0) + 1)
-        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **LORA))
+        settings = dict(LORA, target_modules=language_linears(model)) if vlm else LORA
+        model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **settings))
+    if vlm and knobs.get("freeze_vision_tower"):
+        _no_grad_vision(model)
     model.to(device)
     model.train()
     return model
 
 
+def language_linears(model: torch.nn.Module) -> list[str]:
+    """A VLM's LoRA targets: the language model's linear layers (lm_head aside), the usual VLM recipe;
+    the vision tower and projector stay frozen, as peft's all-linear would not leave them."""
+    # Qwen2-VL and LLaVA call it language_model, Idefics3 text_model.
+    return [name for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and {"language_model", "text_model"} & set(name.split("."))]
+
+
+def _no_grad_vision(model: torch.nn.Module) -> None:
+    """Run the vision tower without recording autograd: exact only where it has nothing to train (the
+    frame allows the knob only then), so a stray setting fails loudly rather than training less."""
+    from .vision import vision_module
+
+    tower = vision_module(model)
+    if any(p.requires_grad for p in tower.parameters()):
+        raise ValueError("freeze_vision_tower=true would stop training the vision tower this method trains")
+    tower.forward = torch.no_grad()(tower.forward)
+
+
 def model_facts(model: torch.nn.Module, config: Any) -> dict[str, Any]:
+    from .vision import is_vlm, vision_module
+
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return {
+    # A VLM's shape facts are its language model's (what the text claims speak of); the tower is apart.
+    text = config.get_text_config(decoder=True) if is_vlm(config) else config
+    facts = {
         "model_type": getattr(config, "model_type", "unknown"),
         "params": total, "trainable_params": trainable,
-        "layers": getattr(config, "num_hidden_layers", None), "hidden": getattr(config, "hidden_size", None),
-        "heads": getattr(config, "num_attention_heads", None),
-        "kv_heads": getattr(config, "num_key_value_heads", None),
-        "intermediate": getattr(config, "intermediate_size", None), "vocab": getattr(config, "vocab_size", None),
+        "layers": getattr(text, "num_hidden_layers", None), "hidden": getattr(text, "hidden_size", None),
+        "heads": getattr(text, "num_attention_heads", None),
+        "kv_heads": getattr(text, "num_key_value_heads", None),
+        "intermediate": getattr(text, "intermediate_size", None), "vocab": getattr(text, "vocab_size", None),
     }
+    if is_vlm(config):
+        tower = vision_module(model)
+        facts["vision"] = {"params": sum(p.numel() for p in tower.parameters()),
+                           "trainable_params": sum(p.numel() for p in tower.parameters() if p.requires_grad)}
+    return facts

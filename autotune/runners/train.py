@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from ..probes import memory
 from ..probes.profile import PhaseTimer
 from ..probes.timing import StepTimer, warmed_up
-from .batching import IGNORE, collate, group_by_length, step_plan, worst_case_rows
+from .batching import IGNORE, collate, group_by_length, row_targets, step_plan, worst_case_rows
+from .common import as_is, loader_context
 
 LEARNING_RATE = 1e-4
 MAX_GRAD_NORM = 1.0
@@ -51,9 +52,9 @@ class Plan:
     warm: bool = False
     warmup_run: int = 0
 
-    def items(self, lengths: list[int]) -> Iterator[tuple]:
+    def items(self, targets_per_row: list[int]) -> Iterator[tuple]:
         def emit(kind: str, index: int, step: list[list[int]]):
-            targets = sum(lengths[r] - 1 for micro in step for r in micro)
+            targets = sum(targets_per_row[r] for micro in step for r in micro)
             for micro in step:
                 yield (kind, index, tuple(micro), targets)
 
@@ -74,18 +75,27 @@ class MicroBatches(torch.utils.data.Dataset):
     """Collation happens here, so `dataloader_num_workers` moves it off the training process."""
 
     def __init__(self, rows: list[list[int]], knobs: dict[str, Any], max_len: int, pad_id: int,
-                 leak_packed_rows: bool = False) -> None:
+                 leak_packed_rows: bool = False, vision: Any = None) -> None:
         self.rows, self.knobs, self.max_len, self.pad_id = rows, knobs, max_len, pad_id
-        self.leak = leak_packed_rows
+        self.leak, self.vision = leak_packed_rows, vision
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, item: tuple) -> tuple:
         kind, index, row_ids, targets = item
-        batch = collate([self.rows[r] for r in row_ids], self.knobs["padding"], self.max_len, self.pad_id,
-                        self.knobs["attn_implementation"], self.leak)
-        return kind, index, row_ids, targets, batch
+        return kind, index, row_ids, targets, self.batch(row_ids, [self.rows[r] for r in row_ids])
+
+    def batch(self, row_ids: tuple, rows: list[list[int]]) -> dict[str, Any]:
+        """Text tensors by the padding knob; for a VLM also its images through the image processor."""
+        pixels: dict[str, Any] = {}
+        if self.vision is not None:
+            rows, pixels = self.vision.micro_batch(row_ids, rows)
+        batch = collate(rows, self.knobs["padding"], self.max_len, self.pad_id, self.knobs["attn_implementation"],
+                        self.leak, self.vision.ignore if self.vision is not None else frozenset())
+        if self.vision is not None:
+            batch["vision"] = {**pixels, **self.vision.vision.extra_inputs(batch["input_ids"])}
+        return batch
 
 
 @dataclass
@@ -129,6 +139,8 @@ class Engine:
         pin = self.knobs["dataloader_pin_memory"] and self.device == "cuda"
         inputs = {k: batch[k].to(self.device, non_blocking=pin)
                   for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+        for name, value in batch.get("vision", {}).items():
+            inputs[name] = value.to(self.device, non_blocking=pin)
         for name, value in batch.get("flash", {}).items():
             inputs[name] = value.to(self.device, non_blocking=pin) if torch.is_tensor(value) else value
         labels = batch["labels"].to(self.device, non_blocking=pin)
@@ -187,11 +199,12 @@ def _row_losses(token_losses: torch.Tensor, labels: torch.Tensor, slots: torch.T
 
 def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any],
               measure_steps: int, warmup_max: int, inject: str | None = None, leak_packed_rows: bool = False,
-              profile_steps: int = 0, window: Any = None) -> StepLog:
+              profile_steps: int = 0, window: Any = None, vision: Any = None) -> StepLog:
     """Parity steps, detected warm-up, the measured steps, then `profile_steps` steps timed phase by
     phase (synchronising inside a step would distort the measured ones, so the breakdown has its own).
 
     `window` (optional) is entered for the measured steps: the NVML sampler watches exactly them.
+    `vision` (images.VisionRows) gives a VLM's rows their images.
     """
     effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
     lengths = [len(r) for r in rows]
@@ -204,10 +217,12 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
                         for r in group_by_length(measured_ids[start:start + effective_batch], lengths, micro)]
     plan = Plan(step_plan(parity_ids, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
                 warmup_max, profile_steps)
+    ignore = vision.ignore if vision is not None else frozenset()
     workers = knobs["dataloader_num_workers"]
     loader = torch.utils.data.DataLoader(
-        MicroBatches(rows, knobs, job["max_len"], job["pad_id"], leak_packed_rows), batch_size=None,
-        sampler=plan.items(lengths), num_workers=workers, collate_fn=lambda item: item,
+        MicroBatches(rows, knobs, job["max_len"], job["pad_id"], leak_packed_rows, vision), batch_size=None,
+        sampler=plan.items([row_targets(r, ignore) for r in rows]), num_workers=workers, collate_fn=as_is,
+        multiprocessing_context=loader_context(workers),
         pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
         persistent_workers=False, prefetch_factor=4 if workers else None)
     log, timer = StepLog(), StepTimer(engine.synchronize)
@@ -276,16 +291,21 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     return log
 
 
-def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], vocab_size: int,
+                    vision: Any = None, stored_rows: list[list[int]] | None = None) -> dict[str, Any]:
     """Peak memory of full optimizer steps on micro-batches of max_len rows.
 
     The first step creates the optimizer state (Adam: two tensors per parameter); the peak is read
     over a second step, whose activations then coexist with that state and, when accumulating, with
-    the gradients of the step's earlier micro-batches.
+    the gradients of the step's earlier micro-batches. A VLM's worst row holds the run's largest images.
     """
     micro, max_len = knobs["per_device_train_batch_size"], job["max_len"]
-    rows = worst_case_rows(micro, max_len, vocab_size)
-    batch = collate(rows, knobs["padding"], max_len, job["pad_id"], knobs["attn_implementation"])
+    if vision is not None:
+        row_ids, rows = vision.worst_case(micro, max_len, stored_rows)
+        batch = MicroBatches(rows, knobs, max_len, job["pad_id"], vision=vision).batch(row_ids, rows)
+    else:
+        rows = worst_case_rows(micro, max_len, vocab_size)
+        batch = collate(rows, knobs["padding"], max_len, job["pad_id"], knobs["attn_implementation"])
     accumulated = min(2, job["effective_batch"] // micro)
     targets = accumulated * micro * (max_len - 1)
     memory.reset_peak(engine.device)

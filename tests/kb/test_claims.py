@@ -200,8 +200,10 @@ def raw_priors() -> list[dict]:
 def known_features() -> set[str]:
     """Every feature kb.features.context can produce, from a job, frame and measurement that have it all."""
     job = SimpleNamespace(max_len=1024, effective_batch=16, method="sft")
-    frame = {"model": {"params": 5e8, "layers": 24, "hidden": 896, "vocab": 151936, "model_type": "qwen2"},
-             "data": {"padding_share": 0.4, "p50_len": 200, "p90_len": 600, "mean_len": 250},
+    frame = {"model": {"params": 5e8, "layers": 24, "hidden": 896, "vocab": 151936, "model_type": "qwen2_vl",
+                       "vision": {"params": 6e8, "trainable_params": 6e8}},
+             "data": {"padding_share": 0.4, "p50_len": 200, "p90_len": 600, "mean_len": 250,
+                      "image_token_share": 0.5, "images_per_row": 1.0},
              "device": {"kind": "cuda", "bf16": True, "memory_bytes": 24e9}}
     measurement = {"breakdown": {"data_wait_share": 0.1, "optimizer_share": 0.1},
                    "ceiling": {"bytes": 10e9, "limit_bytes": 24e9}}
