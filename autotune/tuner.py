@@ -7,7 +7,6 @@ its worst-case batch fits the device.
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from .errors import AutotuneError
 from .executors.base import Executor
 from .job import Job
 from .kb import kb_folder, read_peak_cache, remember_peaks
-from .knobs import Knobs
+from .knobs import CATALOG, Knobs
 from .probes import parity, stats
 from .probes.timing import median
 from .learn import Memory
@@ -448,13 +447,7 @@ class Tuner:
         if first["state"] != "complete":
             return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
-        if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
-            parity_result = {"ok": True, "checked": False, "worst": None, "tolerance": None,
-                             "reason": "parity not checked: the script's model is not called with labels, so its "
-                                       "per-row losses are out of reach"}
-        else:
-            parity_result = parity.compare(base["parity_losses"], measurement["parity_losses"],
-                                           parity.tolerance(self.job.start.precision, knobs.precision))
+        parity_result = self._parity(base, measurement, incumbent, knobs)
         if not parity_result["ok"]:
             return finish("discard", parity_result["reason"])
         rows = self.job.effective_batch
@@ -483,6 +476,26 @@ class Tuner:
         fits = (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
                 if ceiling else "")
         return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
+
+    def _parity(self, base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent,
+                knobs: Knobs) -> dict[str, Any]:
+        """Per-row losses against the baseline's; a change the user allowed to alter what is trained (an
+        image resolution cap) is exempt, and once one is kept, later changes are held to its losses."""
+        if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
+            return {"ok": True, "checked": False, "worst": None, "tolerance": None,
+                    "reason": "parity not checked: the script's model is not called with labels, so its "
+                              "per-row losses are out of reach"}
+        retrained = [name for name in knobs.diff(incumbent.knobs) if CATALOG[name].changes_training]
+        if retrained:
+            return {"ok": True, "checked": False, "worst": None, "tolerance": None,
+                    "reason": f"parity not required: you allowed {', '.join(retrained)} to change what is "
+                              "trained, so its losses differ by design"}
+        reference, precision = base, self.job.start.precision
+        if any(CATALOG[name].changes_training for name in incumbent.knobs.diff(self.job.start)):
+            kept = next(r for r in reversed(self.records) if r["trial"] == incumbent.trial)
+            reference, precision = kept["measurements"][-1], incumbent.knobs.precision
+        return parity.compare(reference["parity_losses"], measurement["parity_losses"],
+                              parity.tolerance(precision, knobs.precision))
 
     def _replay(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
                 past: dict[str, Any], floor: float) -> Incumbent:

@@ -12,20 +12,11 @@ from pathlib import Path
 
 import pytest
 from conftest import tiny_job
+from table_outcomes import FRAME, LOSSES, WORKLOAD
 
 from autotune.errors import AutotuneError
 from autotune.records import RunFolder
 from autotune.tuner import Tuner
-
-DEVICE = {"kind": "cpu", "cpu_count": 4, "bf16": False, "compile": False, "fused_adamw": True,
-          "memory_bytes": 8 * 2**30, "name": "test cpu", "matmul_tflops": {"fp32": 0.1},
-          "peaks": {"fingerprint": "test cpu", "matmul_flops": {"fp32": 1e11}, "copy_bytes_per_s": 1e10}}
-FRAME = {"device": DEVICE, "model": {"params": 1, "trainable_params": 1, "layers": 2, "hidden": 8, "vocab": 16,
-                                     "model_type": "qwen2", "source": "preset tiny-qwen2"},
-         "data": {"rows_sampled": 10, "p10_len": 5, "p50_len": 9, "p90_len": 30, "max_seen_len": 64,
-                  "padding_share": 0.7, "truncated_share": 0.0, "dataset": "synthetic"}}
-WORKLOAD = [0.6, 1.4, 0.9, 1.1, 0.8, 1.2]
-LOSSES = {"step1": [2.0, 2.1, 2.2, 2.3], "step2": [1.9, 2.0, 2.1, 2.2]}
 
 
 class TableExecutor:

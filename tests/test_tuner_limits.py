@@ -40,3 +40,27 @@ def test_changes_the_frame_rules_out_are_not_tried(tmp_path):
 def test_the_runner_follows_the_job():
     assert runner_for(job_from_words("m", ["model=mlp"])[0]) == "mlp"
     assert runner_for(tiny_job()) == "hf"
+
+
+def test_an_allowed_resolution_cap_is_kept_without_parity_and_later_changes_are_held_to_its_losses(tmp_path):
+    """max_image_pixels changes the losses by design (the user allowed it); the change after it keeps the
+    same cap, so its losses must match the cap's, not the baseline's."""
+    vlm_frame = {**FRAME, "model": {**FRAME["model"], "vision": {"model_type": "qwen2_vl"}}}
+    cap = ("max_image_pixels", 256 * 28 * 28)
+    executor = LimitedFrame([], {cap: 1.6, ("attn_implementation", "sdpa"): 1.5})
+    executor.wrong_losses = {cap}
+    run = executor.run
+
+    def vlm_run(spec, trial_dir, timeout_s):
+        result = run(spec, trial_dir, timeout_s)
+        return {**result, "frame": vlm_frame} if spec["kind"] == "frame" else result
+
+    executor.run = vlm_run
+    outcome = Tuner(tiny_job("allow_image_resize=true", "only=max_image_pixels,attn_implementation"), executor,
+                    tmp_path).run()
+    records = {r["change"]: r for r in outcome.records}
+    capped = records["max_image_pixels=200704"]
+    assert capped["decision"] == "keep" and capped["parity"]["checked"] is False
+    assert "allowed max_image_pixels" in capped["parity"]["reason"]
+    sdpa = records["attn_implementation=sdpa"]
+    assert sdpa["decision"] == "keep" and sdpa["parity"]["ok"] and sdpa["parity"]["worst"] == 0.0

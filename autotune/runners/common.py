@@ -92,3 +92,13 @@ def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[
     summary = f"samples/s={measurement['samples_per_s']:.3f}" if "samples_per_s" in measurement else result["reason"]
     print(f"autotune runner: {result['state']} {summary}", flush=True)
     return 0 if result["state"] == "complete" else 1
+
+
+def run_body(frame: Callable[[dict[str, Any]], dict[str, Any]], trial: Callable[[dict[str, Any]], dict[str, Any]],
+             spec_path: Path, result_path: Path) -> int:
+    """A training runner's entry: its frame or trial by the spec's kind, with the training faults and OOM
+    as states."""
+    from .train import TrialFault, is_oom
+
+    return execute(lambda spec: frame(spec) if spec["kind"] == "frame" else trial(spec), is_oom, TrialFault,
+                   spec_path, result_path)

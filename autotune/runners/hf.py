@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -86,28 +85,11 @@ def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dic
     return ceiling
 
 
-def _impossible(job: dict[str, Any], spec: dict[str, Any], log: Any, mfu: float | None) -> str | None:
-    expected_rows = job["effective_batch"] * spec["measure_steps"]
-    if log.measured_rows != expected_rows:
-        return f"the measured window trained {log.measured_rows} rows, not {expected_rows}"
-    from ..probes.stats import impossible
-
-    timing = impossible(log.times)
-    if timing:
-        return timing
-    if mfu is not None and mfu > 1:
-        return f"MFU {mfu:.2f} exceeds the measured peak: the timing or the peak is wrong"
-    return None
-
-
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from ..probes import flops, memory, nvml, profile
-    from ..probes.timing import median
+    from ..probes import flops, memory, nvml
     from .data import read_rows
     from .models import build_model, load_config
-    from .train import Engine, TrialFault, run_steps
+    from .train import Engine, accepted, measurement_of, run_steps
     from .vision_frame import vision_rows
 
     job, knobs, device = dict(spec["job"]), spec["knobs"], common.setup_device(spec)
@@ -132,9 +114,6 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         sampler.stop()
     peak = memory.read_peak(device)
-    # Every trial times the same rows, so total rows (and real tokens) over total time compare fairly
-    # even where a knob reorders rows between steps (group_by_length).
-    measured_s = sum(log.times)
     first = 2 * job["effective_batch"]
     measured = range(first, first + log.measured_rows)
     if vision is None:
@@ -145,46 +124,12 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
 
         window_flops = vlm_flops(model, config, vision, stored["rows"], measured, knobs["gradient_checkpointing"])
     peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
-    mfu = flops.mfu(window_flops["model"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
-    hfu = flops.hfu(window_flops["hardware"], measured_s, peak_flops) if peak_flops and measured_s > 0 else None
-    measurement: dict[str, Any] = {
-        "device": device,
-        "samples_per_s": log.measured_rows / measured_s if measured_s > 0 else 0.0,
-        "tokens_per_s": sum(log.tokens) / measured_s if measured_s > 0 else 0.0,
-        "median_step_s": median(log.times),
-        "step_times_s": [round(t, 6) for t in log.times],
-        "warmup_times_s": [round(t, 6) for t in log.warmup_times],
-        "real_tokens_per_step": log.tokens,
-        "model_flops": window_flops["model"], "hardware_flops": window_flops["hardware"],
-        "mfu": mfu, "hfu": hfu, "peak_flops": peak_flops,
-        "peak_memory": peak,
-        "parity_losses": log.parity,
-        "final_loss": log.losses[-1],
-        "breakdown": profile.breakdown(log.phases, log.padded_tokens, sum(log.tokens)),
-        "nvml": sampler.summary(),
-        "env": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
-    }
-    if ceiling:
-        measurement["ceiling"] = ceiling
-    problem = _impossible(job, spec, log, mfu)
-    if problem:
-        raise TrialFault("invalid", problem, {"measurement_rejected": measurement})
-    throttled = (measurement["nvml"] or {}).get("throttle_reasons")
-    if throttled:
-        raise TrialFault("invalid", f"the device slowed itself during the window ({', '.join(throttled)})",
-                         {"measurement_rejected": measurement, "remeasure": True})
-    return {"measurement": measurement}
-
-
-def body(spec: dict[str, Any]) -> dict[str, Any]:
-    return frame(spec) if spec["kind"] == "frame" else trial(spec)
+    measurement = measurement_of(device, log, window_flops, peak_flops, peak, sampler.summary(), ceiling)
+    return accepted(job, spec, log, measurement)
 
 
 def entry(spec_path: Path, result_path: Path) -> int:
-    from .train import TrialFault, is_oom
-
-    return common.execute(body, is_oom, TrialFault, spec_path, result_path)
+    return common.run_body(frame, trial, spec_path, result_path)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +92,7 @@ class Batches:
         kind, index, row_ids, targets = item
         # A small dataset repeats, as the HF runner's does: row r is stored row r mod rows.
         stored = [r % len(self.features) for r in row_ids]
-        return kind, index, row_ids, targets, self.features[stored], self.labels[stored]
+        return kind, index, row_ids, targets, (self.features[stored], self.labels[stored])
 
 
 def _engine_class():
@@ -118,6 +117,14 @@ def _engine_class():
             if phases:
                 phases.mark("backward")
             return loss.detach(), row_losses.detach(), labels
+
+        @staticmethod
+        def row_losses(row_losses: Any, labels: Any, batch: tuple, row_ids: tuple) -> dict[int, float]:
+            return dict(zip(row_ids, row_losses.tolist()))
+
+        @staticmethod
+        def batch_tokens(batch: tuple) -> tuple[int, int]:
+            return len(batch[1]), 0  # one target per row, no padding
 
     return MLPEngine
 
@@ -148,7 +155,7 @@ def _ceiling(job: dict[str, Any], knobs: dict[str, Any], device: str, features: 
     memory.reset_peak(device)
     for _ in range(2):
         for _ in range(accumulated):
-            engine.micro_step(Batches(features, labels)[("ceiling", 0, tuple(range(micro)), 0)][4:], accumulated * micro)
+            engine.micro_step(Batches(features, labels)[("ceiling", 0, tuple(range(micro)), 0)][4], accumulated * micro)
         engine.optimizer_step()
     engine.synchronize()
     reading = memory.read_peak(device)
@@ -163,88 +170,22 @@ def _train(engine: Any, features: Any, labels: Any, knobs: dict[str, Any], spec:
            window: Any) -> Any:
     """The HF runner's step discipline on MLP rows: parity steps, detected warm-up, measured steps
     (inside `window`, the NVML sampler), then profiled steps timed phase by phase."""
-    import torch
-
-    from ..probes.profile import PhaseTimer
-    from ..probes.timing import StepTimer, warmed_up
     from .batching import step_plan
-    from .train import Plan, StepLog, TrialFault
+    from .train import Plan, train_loop
 
-    job, inject = spec["job"], spec.get("inject_fault")
-    effective_batch, micro, measure = job["effective_batch"], knobs["per_device_train_batch_size"], spec["measure_steps"]
-    profile_steps = spec.get("profile_steps", 0)
+    effective_batch, micro = spec["job"]["effective_batch"], knobs["per_device_train_batch_size"]
+    measure = spec["measure_steps"]
     plan = Plan(step_plan(list(range(2 * effective_batch)), effective_batch, micro),
                 step_plan(list(range(2 * effective_batch, (2 + measure) * effective_batch)), effective_batch, micro),
-                spec["warmup_max"], profile_steps)
+                spec["warmup_max"], spec.get("profile_steps", 0))
     targets_per_row = [1] * ((2 + measure) * effective_batch)  # an MLP row has one label
-    workers = knobs["dataloader_num_workers"]
-    loader = torch.utils.data.DataLoader(
-        Batches(features, labels), batch_size=None, sampler=plan.items(targets_per_row), num_workers=workers,
-        collate_fn=common.as_is, multiprocessing_context=common.loader_context(workers),
-        pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
-        prefetch_factor=4 if workers else None)
-    log, timer, phases = StepLog(), StepTimer(engine.synchronize), PhaseTimer(engine.synchronize)
-    parity: dict[str, dict[int, float]] = {"step1": {}, "step2": {}}
-    accumulation, done, step_loss, in_window = effective_batch // micro, 0, 0.0, False
-    timer.start()
-    batches = iter(loader)
-    while True:
-        profiling = phases if log.profile_steps < profile_steps and len(log.times) == measure else None
-        if profiling:
-            profiling.start()
-        item = next(batches, None)
-        if item is None:
-            break
-        kind, index, row_ids, targets, x, y = item
-        if kind == "measured" and not in_window and window is not None:
-            window.__enter__()
-            in_window = True
-        if kind == "profile" and in_window:
-            window.__exit__(None, None, None)
-            in_window = False
-        if profiling:
-            profiling.mark("data_wait")
-        if inject == "oom" and not log.losses:
-            torch.empty(1 << 50, dtype=torch.uint8, device=engine.device)  # a real allocation failure
-        loss, row_losses, _ = engine.micro_step((x, y), targets, profiling if kind == "profile" else None)
-        if kind == "parity":
-            parity[f"step{index + 1}"].update(zip(row_ids, row_losses.tolist()))
-        step_loss = step_loss + loss
-        log.measured_rows += len(row_ids) if kind == "measured" else 0
-        done += 1
-        if done < accumulation:
-            continue
-        engine.optimizer_step(profiling if kind == "profile" else None)
-        elapsed = timer.lap()
-        if engine.skipped_step() and kind == "measured":
-            raise TrialFault("invalid", "fp16 loss scaling skipped a measured step (inf/NaN gradients)")
-        value = float("nan") if inject == "nan" and kind == "measured" else float(step_loss)
-        log.losses.append(value)
-        if not math.isfinite(value):
-            raise TrialFault("invalid", f"loss is {value} at step {len(log.losses)}")
-        if kind == "measured":
-            log.times.append(elapsed)
-            log.tokens.append(effective_batch)
-        elif kind == "profile":
-            log.profile_steps += 1
-            phases.add_step(elapsed)
-        else:
-            log.warmup_times.append(elapsed)
-            plan.warm = kind == "warmup" and warmed_up(log.warmup_times)
-        done, step_loss = 0, 0.0
-    if in_window:
-        window.__exit__(None, None, None)
-    log.parity = {step: [values[r] for r in sorted(values)] for step, values in parity.items()}
-    log.phases = phases.totals()
-    return log
+    return train_loop(engine, Batches(features, labels), plan, targets_per_row, knobs, effective_batch,
+                      spec.get("inject_fault"), window)
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    from ..probes import flops, memory, nvml, profile, stats
-    from ..probes.timing import median
-    from .train import TrialFault
+    from ..probes import flops, memory, nvml
+    from .train import accepted, measurement_of
 
     job, knobs, device = spec["job"], spec["knobs"], common.setup_device(spec)
     common.inject_early_fault(spec.get("inject_fault"))
@@ -258,48 +199,16 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         log = _train(engine, features, labels, knobs, spec, sampler)
     finally:
         sampler.stop()
-    seconds = sum(log.times)
     # Each row is one input to every Linear: the token-count convention with one "token" per row.
     window_flops = flops.step_flops(flops.matmul_params(model), (0, 0, 0), [1] * log.measured_rows, False)
     peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
-    mfu = flops.mfu(window_flops["model"], seconds, peak_flops) if peak_flops and seconds > 0 else None
-    measurement: dict[str, Any] = {
-        "device": device,
-        "samples_per_s": log.measured_rows / seconds if seconds > 0 else 0.0,
-        "tokens_per_s": log.measured_rows / seconds if seconds > 0 else 0.0,
-        "median_step_s": median(log.times), "step_times_s": [round(t, 6) for t in log.times],
-        "warmup_times_s": [round(t, 6) for t in log.warmup_times], "real_tokens_per_step": log.tokens,
-        "model_flops": window_flops["model"], "hardware_flops": window_flops["hardware"],
-        "mfu": mfu, "hfu": mfu, "peak_flops": peak_flops, "peak_memory": memory.read_peak(device),
-        "parity_losses": log.parity, "final_loss": log.losses[-1],
-        "breakdown": profile.breakdown(log.phases, 0, sum(log.tokens)), "nvml": sampler.summary(),
-        "env": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
-    }
-    if ceiling:
-        measurement["ceiling"] = ceiling
-    expected = job["effective_batch"] * spec["measure_steps"]
-    problem = (f"the measured window trained {log.measured_rows} rows, not {expected}"
-               if log.measured_rows != expected else stats.impossible(log.times))
-    if problem is None and mfu is not None and mfu > 1:
-        problem = f"MFU {mfu:.2f} exceeds the measured peak: the timing or the peak is wrong"
-    if problem:
-        raise TrialFault("invalid", problem, {"measurement_rejected": measurement})
-    throttled = (measurement["nvml"] or {}).get("throttle_reasons")
-    if throttled:
-        raise TrialFault("invalid", f"the device slowed itself during the window ({', '.join(throttled)})",
-                         {"measurement_rejected": measurement, "remeasure": True})
-    return {"measurement": measurement}
-
-
-def body(spec: dict[str, Any]) -> dict[str, Any]:
-    return frame(spec) if spec["kind"] == "frame" else trial(spec)
+    measurement = measurement_of(device, log, window_flops, peak_flops, memory.read_peak(device), sampler.summary(),
+                                 ceiling)
+    return accepted(job, spec, log, measurement)
 
 
 def entry(spec_path: Path, result_path: Path) -> int:
-    from .train import TrialFault, is_oom
-
-    return common.execute(body, is_oom, TrialFault, spec_path, result_path)
+    return common.run_body(frame, trial, spec_path, result_path)
 
 
 if __name__ == "__main__":

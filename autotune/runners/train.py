@@ -62,8 +62,10 @@ class Plan:
             yield from emit("parity", index, step)
         # Checked between whole steps: with loader workers prefetching, a step or two more warm-up
         # may run than strictly needed, never a partial one.
+        # Warm-up repeats the last parity step: settling is judged on consecutive steps of the same rows,
+        # which rows of other lengths or images (alternating steps) would never show.
         while not self.warm and self.warmup_run < self.warmup_max:
-            yield from emit("warmup", self.warmup_run, self.parity[self.warmup_run % len(self.parity)])
+            yield from emit("warmup", self.warmup_run, self.parity[-1])
             self.warmup_run += 1
         for index, step in enumerate(self.measured):
             yield from emit("measured", index, step)
@@ -187,6 +189,19 @@ class Engine:
         if self.device == "cuda":  # CUDA-only
             torch.cuda.synchronize()
 
+    @staticmethod
+    def row_losses(token_losses: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any],
+                   row_ids: tuple) -> dict[int, float]:
+        """Each row's mean token loss (reads the device: parity steps only)."""
+        losses: dict[int, float] = {}
+        _row_losses(token_losses, labels, batch["slots"], row_ids, losses)
+        return losses
+
+    @staticmethod
+    def batch_tokens(batch: dict[str, Any]) -> tuple[int, int]:
+        """(real tokens, padding tokens) of a micro-batch."""
+        return batch["real_tokens"], batch["input_ids"].numel() - batch["real_tokens"]
+
 
 def _row_losses(token_losses: torch.Tensor, labels: torch.Tensor, slots: torch.Tensor, row_ids: tuple,
                 into: dict[int, float]) -> None:
@@ -218,10 +233,19 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     plan = Plan(step_plan(parity_ids, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
                 warmup_max, profile_steps)
     ignore = vision.ignore if vision is not None else frozenset()
+    return train_loop(engine, MicroBatches(rows, knobs, job["max_len"], job["pad_id"], leak_packed_rows, vision), plan,
+                      [row_targets(r, ignore) for r in rows], knobs, effective_batch, inject, window)
+
+
+def train_loop(engine: Any, dataset: Any, plan: Plan, targets_per_row: list[int], knobs: dict[str, Any],
+               effective_batch: int, inject: str | None = None, window: Any = None) -> StepLog:
+    """The steps of `plan` over `dataset`'s micro-batches, whatever the model: the engine says how a
+    micro-batch trains (`micro_step`), which per-row losses it had (`row_losses`) and how many of its
+    tokens were real and padding (`batch_tokens`)."""
+    micro, measure_steps, profile_steps = knobs["per_device_train_batch_size"], len(plan.measured), plan.profile_steps
     workers = knobs["dataloader_num_workers"]
     loader = torch.utils.data.DataLoader(
-        MicroBatches(rows, knobs, job["max_len"], job["pad_id"], leak_packed_rows, vision), batch_size=None,
-        sampler=plan.items([row_targets(r, ignore) for r in rows]), num_workers=workers, collate_fn=as_is,
+        dataset, batch_size=None, sampler=plan.items(targets_per_row), num_workers=workers, collate_fn=as_is,
         multiprocessing_context=loader_context(workers),
         pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
         persistent_workers=False, prefetch_factor=4 if workers else None)
@@ -253,12 +277,13 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
             torch.empty(1 << 50, dtype=torch.uint8, device=engine.device)  # a real allocation failure
         loss, token_losses, labels = engine.micro_step(batch, targets, profiling if kind == "profile" else None)
         if kind == "parity":
-            _row_losses(token_losses, labels, batch["slots"], row_ids, parity_losses[f"step{index + 1}"])
+            parity_losses[f"step{index + 1}"].update(engine.row_losses(token_losses, labels, batch, row_ids))
         step_loss = step_loss + loss
-        step_tokens += batch["real_tokens"]
+        real, padded = engine.batch_tokens(batch)
+        step_tokens += real
         if kind == "measured":
             log.measured_rows += len(row_ids)
-            log.padded_tokens += batch["input_ids"].numel() - batch["real_tokens"]
+            log.padded_tokens += padded
         done_micro += 1
         if done_micro < accumulation:
             continue
@@ -326,3 +351,55 @@ def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], 
             raise
         return {"fits": False, "reason": f"out of memory at the worst-case batch ({micro} x {max_len} tokens)"}
     return memory.read_peak(engine.device)
+
+
+def accepted(job: dict[str, Any], spec: dict[str, Any], log: StepLog, measurement: dict[str, Any]) -> dict[str, Any]:
+    """The trial's result, unless its window is impossible (wrong rows, timings no clock gives, MFU over
+    the measured peak) or the device slowed itself during it (then it is measured once more)."""
+    from ..probes.stats import impossible
+
+    expected_rows = job["effective_batch"] * spec["measure_steps"]
+    mfu = measurement.get("mfu")
+    problem = (f"the measured window trained {log.measured_rows} rows, not {expected_rows}"
+               if log.measured_rows != expected_rows else impossible(log.times))
+    if problem is None and mfu is not None and mfu > 1:
+        problem = f"MFU {mfu:.2f} exceeds the measured peak: the timing or the peak is wrong"
+    if problem:
+        raise TrialFault("invalid", problem, {"measurement_rejected": measurement})
+    throttled = (measurement["nvml"] or {}).get("throttle_reasons")
+    if throttled:
+        raise TrialFault("invalid", f"the device slowed itself during the window ({', '.join(throttled)})",
+                         {"measurement_rejected": measurement, "remeasure": True})
+    return {"measurement": measurement}
+
+
+def measurement_of(device: str, log: StepLog, window_flops: dict[str, float], peak_flops: float | None,
+                   peak_memory: dict[str, Any], nvml: dict[str, Any] | None,
+                   ceiling: dict[str, Any] | None) -> dict[str, Any]:
+    """A trial's measurement from its step log: rows and real tokens over the measured seconds (every
+    trial times the same rows, so totals compare fairly even where a knob reorders rows between steps),
+    MFU/HFU against the measured peak, where the time went."""
+    import os
+
+    from ..probes import flops, profile
+    from ..probes.timing import median
+
+    seconds = sum(log.times)
+    utilisation = {name: flops.mfu(window_flops[kind], seconds, peak_flops) if peak_flops and seconds > 0 else None
+                   for name, kind in (("mfu", "model"), ("hfu", "hardware"))}
+    measurement: dict[str, Any] = {
+        "device": device,
+        "samples_per_s": log.measured_rows / seconds if seconds > 0 else 0.0,
+        "tokens_per_s": sum(log.tokens) / seconds if seconds > 0 else 0.0,
+        "median_step_s": median(log.times), "step_times_s": [round(t, 6) for t in log.times],
+        "warmup_times_s": [round(t, 6) for t in log.warmup_times], "real_tokens_per_step": log.tokens,
+        "model_flops": window_flops["model"], "hardware_flops": window_flops["hardware"],
+        **utilisation, "peak_flops": peak_flops, "peak_memory": peak_memory,
+        "parity_losses": log.parity, "final_loss": log.losses[-1],
+        "breakdown": profile.breakdown(log.phases, log.padded_tokens, sum(log.tokens)), "nvml": nvml,
+        "env": {"torch": torch.__version__, "threads": torch.get_num_threads(),
+                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
+    }
+    if ceiling:
+        measurement["ceiling"] = ceiling
+    return measurement

@@ -10,8 +10,8 @@ import pytest
 from autotune.executors import LocalExecutor
 from autotune.job import MLP_KNOBS, job_from_words
 from autotune.knobs import CATALOG, Knobs
-from autotune.runners import common, mlp
-from autotune.runners.train import TrialFault, is_oom
+from autotune.runners import mlp
+from autotune.runners.train import TrialFault
 
 WORDS = ["model=mlp", "mlp_width=32", "mlp_depth=2", "mlp_rows=40", "max_len=16", "effective_batch=8", "smoke"]
 
@@ -67,7 +67,7 @@ def test_rows_that_differ_from_the_frames_end_the_trial_as_invalid(tmp_path, fra
 def test_injected_faults_end_as_states(tmp_path, framed, fault, state):
     trial_spec = {**spec(tmp_path, "trial"), "inject_fault": fault}
     (tmp_path / "spec.json").write_text(json.dumps(trial_spec))
-    common.execute(mlp.body, is_oom, TrialFault, tmp_path / "spec.json", tmp_path / "result.json")
+    mlp.entry(tmp_path / "spec.json", tmp_path / "result.json")
     assert json.loads((tmp_path / "result.json").read_text())["state"] == state
 
 
