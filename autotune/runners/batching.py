@@ -37,7 +37,7 @@ def group_by_length(row_ids: list[int], lengths: list[int], micro: int) -> list[
 
 def _labels(ids: list[int], ignore: frozenset[int] = frozenset()) -> list[int]:
     """Next-token targets inside one row; the last token has none, nor do image-block tokens (`ignore`):
-    a VLM is not trained to predict its own image placeholders."""
+    a VLM is not trained to predict the tokens that stand for its images."""
     return [IGNORE if t in ignore else t for t in ids[1:]] + [IGNORE]
 
 

@@ -109,14 +109,7 @@ def _engine_class():
             with self._autocast():
                 logits = self.forward(features)
             row_losses = F.cross_entropy(logits.float(), labels, reduction="none")
-            # Divided by the step's rows, so the gradient does not depend on the micro-batch split.
-            loss = row_losses.sum() / step_targets
-            if phases:
-                phases.mark("forward")
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
-            if phases:
-                phases.mark("backward")
-            return loss.detach(), row_losses.detach(), labels
+            return self.backward(row_losses, step_targets, phases), row_losses.detach(), labels
 
         @staticmethod
         def row_losses(row_losses: Any, labels: Any, batch: tuple, row_ids: tuple) -> dict[int, float]:

@@ -150,13 +150,19 @@ class Engine:
             logits = self.forward(**inputs).logits
         token_losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none",
                                        ignore_index=IGNORE)
-        loss = token_losses.sum() / step_targets
+        return self.backward(token_losses, step_targets, phases), token_losses.detach(), labels
+
+    def backward(self, target_losses: torch.Tensor, step_targets: int,
+                 phases: PhaseTimer | None = None) -> torch.Tensor:
+        """Backward of a micro-batch's summed losses over the whole step's targets (so the gradient does
+        not depend on the micro-batch split); returns its loss share, still on the device."""
+        loss = target_losses.sum() / step_targets
         if phases:
             phases.mark("forward")
         (self.scaler.scale(loss) if self.scaler else loss).backward()
         if phases:
             phases.mark("backward")
-        return loss.detach(), token_losses.detach(), labels
+        return loss.detach()
 
     def optimizer_step(self, phases: PhaseTimer | None = None) -> None:
         self._optimizer_step()
