@@ -7,8 +7,10 @@ tape), and writes nothing. The driver then commits trials strictly in order: the
 serial ranking's first hypothesis, and it is decided by the normal `_try` against a replay of its tape.
 When the committed state differs from the speculated one (a kept change moved the incumbent, or an
 earlier commit changed what the screen sees), the replay finds a run it does not hold and measures it
-then, on the tape's slot, so every run of one trial, and so every comparison, is on one GPU. Tapes made
-for an incumbent that is no longer the incumbent are thrown away. Records, beliefs, the state file and
+then, on the tape's slot, so every run of one trial, and so every keep decision's interleaved pairs,
+is on one GPU. (The one-run screen compares against the incumbent's runs so far, which may come from
+another card of the same model; the keep decision never does.) Tapes made for an incumbent that is no
+longer the incumbent are thrown away. Records, beliefs, the state file and
 the report are written by the driver alone, at commit, in trial order.
 """
 

@@ -80,6 +80,14 @@ def trl_command(job: Job, knobs: Knobs) -> str:
 
 def caveats(knobs: Knobs) -> list[str]:
     notes = []
+    if knobs.max_image_pixels:
+        notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with each image capped at that many "
+                     "pixels before the processor. TrainingArguments and `trl sft` have no such setting: pass it to "
+                     "your processor (Qwen2-VL: `AutoProcessor.from_pretrained(model, max_pixels=...)`).")
+    if knobs.freeze_vision_tower:
+        notes.append("freeze_vision_tower was measured with the vision tower run without autograd (its parameters "
+                     "frozen). TrainingArguments has no such setting: set `requires_grad_(False)` on the tower and "
+                     "run it under `torch.no_grad()`, or keep LoRA off its layers.")
     if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2":
         notes.append("padding_free was measured with a block-diagonal attention mask (rows never see each other). "
                      "TRL's padding-free collator passes only position_ids, which keeps rows apart with sdpa or "

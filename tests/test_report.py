@@ -191,3 +191,11 @@ def test_padding_free_without_flash_attention_loads_the_model_without_a_cache():
     assert "use_cache=False" in caveats(knobs)[0] and "cannot" in caveats(knobs)[0]
     flash = Knobs(padding="padding_free", attn_implementation="flash_attention_2", precision="bf16")
     assert "use_cache" not in trainer_kwargs(job, flash)["from_pretrained"]
+
+
+def test_vlm_settings_that_no_trainer_argument_holds_are_named_in_caveats():
+    """A kept resolution cap or frozen tower would be lost in `trl sft`: the best config says where it goes."""
+    notes = caveats(Knobs(max_image_pixels=200704, freeze_vision_tower=True))
+    assert any("max_pixels" in note and "200704" in note for note in notes)
+    assert any("requires_grad_(False)" in note for note in notes)
+    assert caveats(Knobs()) == []

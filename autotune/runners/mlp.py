@@ -145,13 +145,25 @@ def _ceiling(job: dict[str, Any], knobs: dict[str, Any], device: str, features: 
     micro = knobs["per_device_train_batch_size"]
     engine = _engine_class()(build_model(job, device), knobs, device)
     accumulated = min(2, job["effective_batch"] // micro)
+    batch = Batches(features, labels)[("ceiling", 0, tuple(range(micro)), 0)][4]
     memory.reset_peak(device)
-    for _ in range(2):
+    real_steps, tries = 0, 0
+    # fp16 loss scaling may skip the first steps (no optimizer state yet): count only steps that ran.
+    while real_steps < 2 and tries < 8:
         for _ in range(accumulated):
-            engine.micro_step(Batches(features, labels)[("ceiling", 0, tuple(range(micro)), 0)][4], accumulated * micro)
+            engine.micro_step(batch, accumulated * micro)
         engine.optimizer_step()
+        real_steps += not engine.skipped_step()
+        tries += 1
     engine.synchronize()
+    if real_steps < 2:
+        raise TrialFault("invalid", "fp16 loss scaling skipped every worst-case step; the ceiling is unknown")
     reading = memory.read_peak(device)
+    del engine
+    if device == "cuda":  # CUDA-only: the check's model must not count toward the trial's own peak
+        import torch
+
+        torch.cuda.empty_cache()
     ceiling = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit)}
     if not ceiling["fits"]:
         raise TrialFault("oom", f"a micro-batch of {micro} rows peaks at {reading['bytes'] / 2**30:.2f} GiB, over the "

@@ -60,8 +60,8 @@ class Plan:
 
         for index, step in enumerate(self.parity):
             yield from emit("parity", index, step)
-        # Checked between whole steps: with loader workers prefetching, a step or two more warm-up
-        # may run than strictly needed, never a partial one.
+        # Checked between whole steps: with loader workers prefetching (up to 4 micro-batches each), a few
+        # more warm-up steps may run than strictly needed, never a partial one.
         # Warm-up repeats the last parity step: settling is judged on consecutive steps of the same rows,
         # which rows of other lengths or images (alternating steps) would never show.
         while not self.warm and self.warmup_run < self.warmup_max:

@@ -114,8 +114,10 @@ class Vision:
         if not max_pixels:
             return {}
         size = dict(self.image_processor.size)
-        # The processor's own floor stays: a cap below it would be raised back anyway.
-        size["longest_edge"] = max(int(max_pixels), int(size.get("shortest_edge") or 0))
+        # A cap only lowers the processor's own limit, never raises it (rows were sized to that limit),
+        # and its floor stays: a cap below it would be raised back anyway.
+        cap = min(int(max_pixels), int(size.get("longest_edge") or max_pixels))
+        size["longest_edge"] = max(cap, int(size.get("shortest_edge") or 0))
         return {"size": size}
 
     def _budget(self, max_pixels: int) -> dict[str, Any]:

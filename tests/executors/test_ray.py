@@ -24,7 +24,7 @@ import pytest
 
 # Ray on Linux turns 127.0.0.1 into the machine's address when a driver joins; the cluster stays on loopback.
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-import ray  # noqa: E402
+ray = pytest.importorskip("ray")  # the autotune[ray] extra  # noqa: E402
 import table_outcomes  # noqa: E402
 from conftest import make_spec, tiny_job  # noqa: E402
 from table_outcomes import DOOMED, Table  # noqa: E402

@@ -125,6 +125,10 @@ def test_a_resolution_cap_rewrites_the_image_blocks_to_match_the_processor():
     image = vision.ids["image"]
     assert capped.count(image) == int(tensors["image_grid_thw"].prod()) // 4 <= 256 < row.count(image)
     assert capped[-2:] == [40, 41] and vision.resize_row(row, [(768, 1024)], 0) == row
+    # A cap above the processor's own limit changes nothing: rows were sized to that limit and max_len.
+    above = int(vision.image_processor.size["longest_edge"]) * 4
+    assert vision.count(4000, 3000, above) == vision.count(4000, 3000)
+    assert vision.resize_row(row, [(768, 1024)], above) == row
 
 
 VLM_WORDS = ["model=tiny-qwen2-vl", "dataset=synthetic", "max_len=160", "effective_batch=4", "smoke"]
