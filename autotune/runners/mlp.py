@@ -139,25 +139,14 @@ def _ceiling(job: dict[str, Any], knobs: dict[str, Any], device: str, features: 
     the worst case, and the second step holds the optimizer state beside the activations."""
     from ..probes import memory
     from ..probes.device import memory_total
-    from .train import TrialFault
+    from .train import TrialFault, two_full_steps
 
     limit = memory.limit_bytes(memory_total(device), job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN))
     micro = knobs["per_device_train_batch_size"]
     engine = _engine_class()(build_model(job, device), knobs, device)
     accumulated = min(2, job["effective_batch"] // micro)
     batch = Batches(features, labels)[("ceiling", 0, tuple(range(micro)), 0)][4]
-    memory.reset_peak(device)
-    real_steps, tries = 0, 0
-    # fp16 loss scaling may skip the first steps (no optimizer state yet): count only steps that ran.
-    while real_steps < 2 and tries < 8:
-        for _ in range(accumulated):
-            engine.micro_step(batch, accumulated * micro)
-        engine.optimizer_step()
-        real_steps += not engine.skipped_step()
-        tries += 1
-    engine.synchronize()
-    if real_steps < 2:
-        raise TrialFault("invalid", "fp16 loss scaling skipped every worst-case step; the ceiling is unknown")
+    two_full_steps(engine, batch, accumulated, accumulated * micro)
     reading = memory.read_peak(device)
     del engine
     if device == "cuda":  # CUDA-only: the check's model must not count toward the trial's own peak

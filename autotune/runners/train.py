@@ -338,25 +338,29 @@ def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], 
         rows = worst_case_rows(micro, max_len, vocab_size)
         batch = collate(rows, knobs["padding"], max_len, job["pad_id"], knobs["attn_implementation"])
     accumulated = min(2, job["effective_batch"] // micro)
-    targets = accumulated * micro * (max_len - 1)
-    memory.reset_peak(engine.device)
     try:
-        real_steps, tries = 0, 0
-        # fp16 loss scaling may skip steps (no optimizer state yet): count only steps that ran.
-        while real_steps < 2 and tries < 8:
-            for _ in range(accumulated):
-                engine.micro_step(batch, targets)
-            engine.optimizer_step()
-            real_steps += not engine.skipped_step()
-            tries += 1
-        engine.synchronize()
-        if real_steps < 2:
-            raise TrialFault("invalid", "fp16 loss scaling skipped every worst-case step; the ceiling is unknown")
+        two_full_steps(engine, batch, accumulated, accumulated * micro * (max_len - 1))
     except Exception as error:  # noqa: BLE001 - only OOM is an expected outcome here
         if not is_oom(error):
             raise
         return {"fits": False, "reason": f"out of memory at the worst-case batch ({micro} x {max_len} tokens)"}
     return memory.read_peak(engine.device)
+
+
+def two_full_steps(engine: Any, batch: Any, accumulated: int, targets: int) -> None:
+    """Peak memory reset, then two optimizer steps of `accumulated` micro-batches that really ran: fp16
+    loss scaling may skip the first steps (no optimizer state yet), and a skipped step holds no Adam state."""
+    memory.reset_peak(engine.device)
+    real_steps, tries = 0, 0
+    while real_steps < 2 and tries < 8:
+        for _ in range(accumulated):
+            engine.micro_step(batch, targets)
+        engine.optimizer_step()
+        real_steps += not engine.skipped_step()
+        tries += 1
+    engine.synchronize()
+    if real_steps < 2:
+        raise TrialFault("invalid", "fp16 loss scaling skipped every worst-case step; the ceiling is unknown")
 
 
 def accepted(job: dict[str, Any], spec: dict[str, Any], log: StepLog, measurement: dict[str, Any]) -> dict[str, Any]:
