@@ -43,7 +43,7 @@ def _drop_torn_tail(path: Path) -> None:
 
 def record_from_kb(trial: dict[str, Any]) -> dict[str, Any]:
     """The run-folder record of a trial the knowledge base holds."""
-    from .tuner import summarize
+    from .outcome import summarize
 
     measurements = trial.get("measurements") or []
     return {
@@ -60,7 +60,7 @@ def record_from_kb(trial: dict[str, Any]) -> dict[str, Any]:
 
 def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int]:
     """(frame, incumbent, baseline measurement, noise floor, last trial) of a run to continue."""
-    from .tuner import Incumbent
+    from .outcome import Incumbent
 
     folder = tuner.folder
     state = json.loads(folder.state.read_text()) if folder.state.exists() else {}
@@ -120,7 +120,7 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
 def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any], Job]:
     """The outputs of a run written again from its folder, without a device: (outcome, best config, job)."""
     from .report import write_best_config, write_report, write_results_tsv
-    from .tuner import Incumbent, Outcome
+    from .outcome import Incumbent, Outcome
 
     job = load_job(root, run)
     folder = RunFolder(root, run)

@@ -1,15 +1,15 @@
 """The loop: frame -> baseline -> one change at a time -> outputs.
 
-A change is kept only when it is faster than the incumbent beyond the noise floor on two interleaved
-measurements, its per-row losses match the baseline's (parity), and, when it moved a memory knob,
-its worst-case batch fits the device.
+A change is kept only when it is faster than the incumbent beyond the noise floor on interleaved
+measurements (two pairs, up to two more while undecided), its per-row losses match the baseline's
+(parity), and, when it moved a memory knob, its worst-case batch fits the device.
 """
 
 from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from .knobs import CATALOG, Knobs
 from .probes import parity, stats
 from .probes.timing import median
 from .learn import Memory
+from .outcome import Incumbent, Outcome, kept_product, summarize
 from .reasoner import Hypothesis, key, pooled, rank
 from .records import RunFolder
 from .io import write_json_atomic
@@ -33,6 +34,8 @@ class StepBudget:
     measure_steps: int
     warmup_max: int
     baseline_repeats: int = 3
+    # Interleaved pairs added, at most, to a comparison that two pairs leave undecided.
+    extra_pairs: int = 2
 
     @classmethod
     def for_job(cls, job: Job) -> "StepBudget":
@@ -45,71 +48,6 @@ PROFILE_STEPS = 1
 # A trial may take this many times the slowest complete trial so far before it is stopped.
 TIMEOUT_FACTOR = 4
 MIN_TIMEOUT_S = 120
-
-
-def summarize(measurements: list[dict[str, Any]]) -> dict[str, Any]:
-    """A record's figures from its runs: median samples/s and tokens/s, the highest peak memory."""
-    if not measurements:
-        return {"samples_per_s": None, "tokens_per_s": None, "peak_memory_bytes": None}
-    return {"samples_per_s": median([m["samples_per_s"] for m in measurements]),
-            "tokens_per_s": median([m["tokens_per_s"] for m in measurements]),
-            "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements)}
-
-
-def kept_product(records: list[dict[str, Any]]) -> float:
-    product = 1.0
-    for record in records:
-        if record["decision"] == "keep":
-            product *= record["ratio"]
-    return product
-
-
-@dataclass
-class Incumbent:
-    knobs: Knobs
-    samples: list[float]
-    trial: int
-    runs: list[list[float]] = field(default_factory=list)  # step times of every run of this config
-    profile: dict[str, Any] = field(default_factory=dict)  # its latest ceiling and time breakdown
-
-    def add(self, measurement: dict[str, Any]) -> None:
-        self.samples.append(measurement["samples_per_s"])
-        self.runs.append(measurement["step_times_s"])
-        self.profile.update({k: measurement[k] for k in ("ceiling", "breakdown") if measurement.get(k)})
-
-    @property
-    def speed(self) -> float:
-        return median(self.samples)
-
-
-@dataclass
-class Outcome:
-    """What a run found, for the CLI and the report."""
-
-    frame: dict[str, Any]
-    baseline: dict[str, Any]
-    best: Incumbent
-    records: list[dict[str, Any]]
-    skipped: list[tuple[str, str]]
-    noise_floor: float
-    stop_reason: str
-    wall_s: float = 0.0
-    best_measurement: dict[str, Any] | None = None
-    parallel: dict[str, Any] | None = None  # trials run at once on several GPUs: how, and the time saved
-
-    @property
-    def best_speed(self) -> float:
-        """Samples/s of the best config, from its own trial (the baseline's when nothing was kept)."""
-        if self.best.trial == 0:
-            return self.baseline["samples_per_s"]
-        return next(r for r in self.records if r["trial"] == self.best.trial)["samples_per_s"]
-
-    @property
-    def speedup(self) -> float:
-        """Best against baseline as the product of the kept changes' interleaved ratios: each was
-        measured side by side with its incumbent, so the machine's drift over the run cancels."""
-        return kept_product(self.records)
-    folder: Path = field(default_factory=Path)
 
 
 def runner_for(job: Job) -> str:
@@ -300,11 +238,8 @@ class Tuner:
             return f"max_trials={self.job.max_trials} reached"
         if self.budget_spent:
             return f"time budget of {self.job.time_budget_s}s spent"
-        if self.job.time_budget_s is not None and self.walls:
-            elapsed = time.monotonic() - self.started
-            # The next trial builds on the incumbent, so a typical measurement, not the slowest, is the estimate.
-            if elapsed + median(self.walls[-3:]) > self.job.time_budget_s:
-                return f"time budget of {self.job.time_budget_s}s would be exceeded by another trial"
+        if not self._room_for(1):
+            return f"time budget of {self.job.time_budget_s}s would be exceeded by another trial"
         return None
 
     def begin(self) -> tuple[dict[str, Any], Incumbent, dict[str, Any], float]:
@@ -470,12 +405,47 @@ class Tuner:
             return finish("discard", "the incumbent could not be measured again beside the candidate")
         verdict = stats.compare([r["measurement"]["step_times_s"] for r in fresh],
                                 [r["measurement"]["step_times_s"] for r in results], rows, floor)
+        verdict = self._more_pairs(trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict)
         if verdict.verdict != "faster":
             return finish("discard", verdict.reason)
         ceiling = measurement.get("ceiling")
         fits = (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
                 if ceiling else "")
         return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
+
+    def _more_pairs(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
+                    results: list[dict[str, Any]], fresh: list[dict[str, Any]], floor: float,
+                    verdict: stats.Comparison) -> stats.Comparison:
+        """More interleaved (candidate, incumbent) pairs while two runs a side leave it open: the point
+        ratio clears the floor but the interval does not. Only then, so a change that looks like noise
+        costs no more, and at most `extra_pairs`, so waiting for a lucky draw cannot turn noise into a
+        gain (the floor is a 95% quantile of A/A offsets; a few more looks move the false-keep rate
+        little, and every extra run narrows the interval around the true ratio)."""
+        pairs = 0
+        while (verdict.verdict == "no difference" and verdict.ratio > 1 + floor and pairs < self.steps.extra_pairs
+               and self._room_for(2)):
+            pairs += 1
+            total = 2 + pairs
+            candidate = self.measure(knobs, trial, f"{hypothesis.change} ({total}/{total}, undecided)")
+            again = self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent ({total}/{total})")
+            if candidate["state"] != "complete" or again["state"] != "complete":
+                break  # decided on the pairs it has: an undecided change is not kept
+            results.append(candidate)
+            fresh.append(again)
+            incumbent.add(again["measurement"])
+            verdict = stats.compare([r["measurement"]["step_times_s"] for r in fresh],
+                                    [r["measurement"]["step_times_s"] for r in results], self.job.effective_batch,
+                                    floor)
+        return verdict
+
+    def _room_for(self, runs: int) -> bool:
+        """Whether `runs` more measurements fit in the time budget. They build on the incumbent, so a
+        typical measurement, not the slowest, is the estimate."""
+        if self.budget_spent:
+            return False
+        if self.job.time_budget_s is None or not self.walls:
+            return True
+        return time.monotonic() - self.started + runs * median(self.walls[-3:]) <= self.job.time_budget_s
 
     def _parity(self, base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent,
                 knobs: Knobs) -> dict[str, Any]:

@@ -83,6 +83,28 @@ def test_a_gain_within_the_noise_floor_is_discarded(tmp_path):
     assert 0.05 < outcome.noise_floor < 0.15  # three runs 10% apart: the floor is of that size
     assert decisions(outcome)["padding=padding_free"] == "discard"
     assert "noise" in outcome.records[1]["reason"]
+    # Its ratio is inside the floor: decided on two pairs, no extra run spent on it.
+    assert len(outcome.records[1]["measurements"]) == 2
+
+
+@pytest.mark.parametrize("slow_incumbent,decision", [(1.2, "keep"), (1.25, "discard")])
+def test_a_comparison_two_pairs_leave_open_gets_two_more_before_it_is_decided(tmp_path, slow_incumbent, decision):
+    # A 25% gain, but the second incumbent run came out fast: on two pairs the ratio clears the 5.6%
+    # floor and its interval does not. Two more pairs decide it, on all four.
+    jitter = [1.0, 1.03, 0.97] + [1.0, 1.0, 1.0, slow_incumbent] + [1.0] * 4
+    executor = TableExecutor({("padding", "padding_free"): 1.25}, jitter=jitter)
+    _, outcome = tune(tmp_path, executor, "max_trials=1")
+    record = outcome.records[1]
+    assert record["change"] == "padding=padding_free" and record["decision"] == decision
+    assert "(95%, 4 vs 4 runs)" in record["reason"] and len(record["measurements"]) == 4
+    assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 8
+
+
+def test_a_clear_gain_is_decided_on_two_pairs(tmp_path):
+    executor = TableExecutor({("padding", "padding_free"): 1.25}, jitter=[1.0, 1.03, 0.97])
+    _, outcome = tune(tmp_path, executor, "max_trials=1")
+    assert outcome.records[1]["decision"] == "keep" and len(outcome.records[1]["measurements"]) == 2
+    assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 4
 
 
 def test_a_faster_change_that_trains_something_else_is_discarded(tmp_path):

@@ -1,0 +1,75 @@
+"""What a tune found and what it builds on: the incumbent config, the outcome, a record's figures."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .knobs import Knobs
+from .probes.timing import median
+
+
+def summarize(measurements: list[dict[str, Any]]) -> dict[str, Any]:
+    """A record's figures from its runs: median samples/s and tokens/s, the highest peak memory."""
+    if not measurements:
+        return {"samples_per_s": None, "tokens_per_s": None, "peak_memory_bytes": None}
+    return {"samples_per_s": median([m["samples_per_s"] for m in measurements]),
+            "tokens_per_s": median([m["tokens_per_s"] for m in measurements]),
+            "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements)}
+
+
+def kept_product(records: list[dict[str, Any]]) -> float:
+    product = 1.0
+    for record in records:
+        if record["decision"] == "keep":
+            product *= record["ratio"]
+    return product
+
+
+@dataclass
+class Incumbent:
+    knobs: Knobs
+    samples: list[float]
+    trial: int
+    runs: list[list[float]] = field(default_factory=list)  # step times of every run of this config
+    profile: dict[str, Any] = field(default_factory=dict)  # its latest ceiling and time breakdown
+
+    def add(self, measurement: dict[str, Any]) -> None:
+        self.samples.append(measurement["samples_per_s"])
+        self.runs.append(measurement["step_times_s"])
+        self.profile.update({k: measurement[k] for k in ("ceiling", "breakdown") if measurement.get(k)})
+
+    @property
+    def speed(self) -> float:
+        return median(self.samples)
+
+
+@dataclass
+class Outcome:
+    """What a run found, for the CLI and the report."""
+
+    frame: dict[str, Any]
+    baseline: dict[str, Any]
+    best: Incumbent
+    records: list[dict[str, Any]]
+    skipped: list[tuple[str, str]]
+    noise_floor: float
+    stop_reason: str
+    wall_s: float = 0.0
+    best_measurement: dict[str, Any] | None = None
+    parallel: dict[str, Any] | None = None  # trials run at once on several GPUs: how, and the time saved
+
+    @property
+    def best_speed(self) -> float:
+        """Samples/s of the best config, from its own trial (the baseline's when nothing was kept)."""
+        if self.best.trial == 0:
+            return self.baseline["samples_per_s"]
+        return next(r for r in self.records if r["trial"] == self.best.trial)["samples_per_s"]
+
+    @property
+    def speedup(self) -> float:
+        """Best against baseline as the product of the kept changes' interleaved ratios: each was
+        measured side by side with its incumbent, so the machine's drift over the run cancels."""
+        return kept_product(self.records)
+    folder: Path = field(default_factory=Path)
