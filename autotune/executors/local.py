@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import write_json_atomic
-from ..runners.common import STDERR_TAIL, run_forked
+from ..runners.common import OWNER_ENV, STDERR_TAIL, run_forked
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.mlp",
            "autotune.runners.train", "autotune.runners.models"]
@@ -48,7 +48,8 @@ class LocalExecutor:
         self.fork = fork and python == sys.executable
 
     def _env(self, spec: dict[str, Any]) -> dict[str, str]:
-        env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+               OWNER_ENV: str(os.getpid())}  # the trial ends itself if this process dies first
         if spec["job"].get("smoke"):
             env["CUDA_VISIBLE_DEVICES"] = ""  # smoke is a CPU dry run, whatever the machine has
         return env

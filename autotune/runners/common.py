@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import select
+import signal
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -14,6 +17,8 @@ from typing import Any, Callable
 from ..io import write_json_atomic
 
 STDERR_TAIL = 2000
+# The process whose trial this is (the tuner, or a Ray slot's actor): set by the local executor.
+OWNER_ENV = "AUTOTUNE_OWNER_PID"
 
 
 def inject_early_fault(kind: str | None) -> None:
@@ -71,9 +76,42 @@ def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, 
     sys.exit(module.entry(Path(spec_path), Path(result_path)))
 
 
+def _end_session() -> None:
+    # The session holds the trial and its loader workers; a process that leads none ends alone, so a
+    # runner started by hand with the variable inherited cannot take its caller's group with it.
+    os.killpg(os.getpgrp(), signal.SIGKILL) if os.getpgrp() == os.getpid() else os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_owner() -> None:
+    """End this trial, loader workers and all, when the process that started it is gone (a killed
+    tuner, a Ray actor killed with its node still up): nobody would read its result, and it would hold
+    the GPU that the next trial on this device needs. A trial runs in its own session, so the owner's
+    death reaches it by no signal; and a forked trial's parent is the fork server, not its owner, so the
+    owner names itself in the environment and is watched through a pidfd (no race with pid reuse)."""
+    owner = os.environ.get(OWNER_ENV)
+    if not owner or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        handle = os.pidfd_open(int(owner))
+    except ProcessLookupError:
+        _end_session()
+        return
+    except (OSError, ValueError):
+        return  # a kernel without pidfds (before 5.3): the executor's own timeout still ends the trial
+
+    def watch() -> None:
+        select.select([handle], [], [])  # readable once the owner has exited
+        print(f"autotune: the process that started this trial ({owner}) is gone; ending it", file=sys.stderr,
+              flush=True)
+        _end_session()
+
+    threading.Thread(target=watch, name="autotune-owner-watch", daemon=True).start()
+
+
 def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
             fault_type: type, spec_path: Path, result_path: Path) -> int:
     """Run `body(spec)` and always leave a result file while the process lives; the exit code."""
+    die_with_owner()
     spec = json.loads(Path(spec_path).read_text())
     started = time.time()
     try:
