@@ -45,6 +45,18 @@ PRESETS: dict[str, dict] = {
                           "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 224, "patch_size": 14},
         "image_token_id": 259,
     },
+    # An Idefics3 (SmolVLM) model: a two-layer SigLIP tower over 56 px tiles (patch 14, pixel shuffle 2:
+    # 4 image tokens a tile), images scaled to 224 px on their longest edge and split into up to 4 x 4
+    # tiles plus a global view, as the real family does at 364 or 512 px tiles. Token ids follow
+    # runners/vision.py's in-memory tokenizer: <fake_token_around_image> 259, <image> 260, the tile
+    # tags after them.
+    "tiny-idefics3": {
+        "model_type": "idefics3", "scale_factor": 2, "image_token_id": 260,
+        "text_config": {"model_type": "llama", **{k: v for k, v in _TINY.items() if k != "vocab_size"},
+                        "vocab_size": 512, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2},
+        "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "image_size": 56, "patch_size": 14},
+    },
 }
 
 # What `smoke` shrinks any architecture to: same model_type, tiny dimensions.
@@ -63,6 +75,8 @@ def preset_for_architecture(model_type: str | None) -> str:
         return "tiny-qwen2-vl"
     if model_type and "llava" in model_type:
         return "tiny-llava"
+    if model_type and ("idefics3" in model_type or "smolvlm" in model_type):
+        return "tiny-idefics3"
     if model_type and "qwen" in model_type:
         return "tiny-qwen2"
     return "tiny-llama"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
@@ -78,8 +79,25 @@ def trl_command(job: Job, knobs: Knobs) -> str:
     return shlex.join(words)
 
 
-def caveats(knobs: Knobs) -> list[str]:
+def _packed_vlm_note(knobs: Knobs, vlm: str) -> str:
+    """What the built-in runner did for packed image-text rows, which TRL does not offer."""
+    mrope = (" and the model's M-RoPE positions computed per row with its `get_rope_index`, concatenated and "
+             "passed as a 4 x T `position_ids` whose first row is the per-row text positions"
+             if vlm in ("qwen2_vl", "qwen2_5_vl") else "")
+    bounds = ("the row bounds taken from the position ids (no cu_seq_lens keyword arguments: the model hands them "
+              "on to its vision tower)" if knobs.attn_implementation == "flash_attention_2" else
+              "a block-diagonal attention mask")
+    return (f"padding_free was measured on packed image-text rows ({vlm}): each micro-batch's rows in one sequence, "
+            f"their images passed in row order, position ids restarting per row{mrope}, and {bounds}. TRL's "
+            "SFTTrainer refuses padding_free for vision-language models, so the `trl sft` command above stops "
+            "with an error: pack the rows that way in your own collator, or keep padding=longest with SFTTrainer.")
+
+
+def caveats(knobs: Knobs, vlm: str | None = None) -> list[str]:
+    """Notes on what the trainer arguments cannot say; `vlm`: the model type of an image-text model."""
     notes = []
+    if knobs.padding == "padding_free" and vlm:
+        notes.append(_packed_vlm_note(knobs, vlm))
     if knobs.max_image_pixels:
         notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with each image capped at that many "
                      "pixels before the processor. TrainingArguments and `trl sft` have no such setting: pass it to "
@@ -88,7 +106,7 @@ def caveats(knobs: Knobs) -> list[str]:
         notes.append("freeze_vision_tower was measured with the vision tower run without autograd (its parameters "
                      "frozen). TrainingArguments has no such setting: set `requires_grad_(False)` on the tower and "
                      "run it under `torch.no_grad()`, or keep LoRA off its layers.")
-    if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2":
+    if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2" and not vlm:
         notes.append("padding_free was measured with a block-diagonal attention mask (rows never see each other). "
                      "TRL's padding-free collator passes only position_ids, which keeps rows apart with sdpa or "
                      "eager only when the model runs without a cache. The `trl sft` command cannot say that: "
@@ -119,7 +137,7 @@ def _remeasure_command(job: Job, knobs: Knobs) -> str:
     return shlex.join([*words, "max_trials=1"])
 
 
-def best_config(job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
+def best_config(job: Job, knobs: Knobs, script: Any = None, vlm: str | None = None) -> dict[str, Any]:
     if job.is_mlp:
         return {"schema_version": 1, "knobs": knobs.to_dict(), "pytorch_loop": loop_settings(job, knobs),
                 "command": _remeasure_command(job, knobs), "caveats": []}
@@ -133,11 +151,19 @@ def best_config(job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
             label: {".".join(path): value for path, value in changes} for label, changes in edits.items()},
             "command": " ".join(shlex.quote(w) for w in words), "caveats": []}
     return {"schema_version": 1, "knobs": knobs.to_dict(), **trainer_kwargs(job, knobs),
-            "command": trl_command(job, knobs), "caveats": caveats(knobs)}
+            "command": trl_command(job, knobs), "caveats": caveats(knobs, vlm)}
+
+
+def _vlm_type(folder: RunFolder) -> str | None:
+    """The model type when the run's frame found a vision tower (None for a text model or no frame yet)."""
+    if not folder.frame.exists():
+        return None
+    model = json.loads(folder.frame.read_text()).get("model") or {}
+    return model.get("model_type") if model.get("vision") else None
 
 
 def write_best_config(folder: RunFolder, job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
-    config = best_config(job, knobs, script)
+    config = best_config(job, knobs, script, _vlm_type(folder))
     write_json_atomic(folder.best, config)
     return config
 

@@ -1,12 +1,13 @@
 """The loop: frame -> baseline -> one change at a time -> outputs.
 
 A change is kept only when it is faster than the incumbent beyond the noise floor on interleaved
-measurements (two pairs, up to two more while undecided), its per-row losses match the baseline's
+measurements (two pairs, up to two more while undecided and more could decide it), its per-row losses match the baseline's
 (parity), and, when it moved a memory knob, its worst-case batch fits the device.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 import time
 from dataclasses import dataclass
@@ -416,16 +417,19 @@ class Tuner:
     def _more_pairs(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
                     results: list[dict[str, Any]], fresh: list[dict[str, Any]], floor: float,
                     verdict: stats.Comparison) -> stats.Comparison:
-        """More interleaved (candidate, incumbent) pairs while two runs a side leave it open: the point
-        ratio clears the floor but the interval does not. Only then, so a change that looks like noise
-        costs no more, and at most `extra_pairs`, so waiting for a lucky draw cannot turn noise into a
-        gain (the floor is a 95% quantile of A/A offsets; a few more looks move the false-keep rate
-        little, and every extra run narrows the interval around the true ratio)."""
-        pairs = 0
-        while (verdict.verdict == "no difference" and verdict.ratio > 1 + floor and pairs < self.steps.extra_pairs
-               and self._room_for(2)):
-            pairs += 1
-            total = 2 + pairs
+        """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
+        could close it: the interval, narrowed as 1/sqrt(runs) by the pairs still allowed, would clear
+        the floor. A change that looks like noise costs no more runs, and at most `extra_pairs`, so
+        waiting for a lucky draw cannot turn noise into a gain (the floor is a 95% quantile of A/A
+        offsets; a few more looks move the false-keep rate little)."""
+        added = 0
+        while verdict.verdict == "no difference" and added < self.steps.extra_pairs and self._room_for(2):
+            runs = min(len(results), len(fresh))
+            narrowed = math.sqrt(runs / (runs + self.steps.extra_pairs - added))
+            if verdict.ratio - (verdict.ratio - verdict.low) * narrowed <= 1 + floor:
+                break  # even the most pairs allowed would leave the interval inside the floor
+            added += 1
+            total = 2 + added
             candidate = self.measure(knobs, trial, f"{hypothesis.change} ({total}/{total}, undecided)")
             again = self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent ({total}/{total})")
             if candidate["state"] != "complete" or again["state"] != "complete":

@@ -151,6 +151,20 @@ def test_no_caveat_with_flash_attention_or_padding():
     assert caveats(Knobs(padding="longest", attn_implementation="sdpa")) == []
 
 
+@pytest.mark.parametrize("vlm,attn", [("llava", "sdpa"), ("qwen2_vl", "flash_attention_2")])
+def test_packed_vlm_rows_get_their_own_caveat_from_the_frame(tmp_path, vlm, attn):
+    """TRL refuses padding_free for VLMs: the note says so and what the runner measured, whatever the kernel."""
+    folder = RunFolder(tmp_path, "r")
+    folder.path.mkdir()
+    folder.frame.write_text(json.dumps({"model": {"model_type": vlm, "vision": {"params": 10}}}))
+    knobs = Knobs(padding="padding_free", attn_implementation=attn, precision="bf16")
+    note, = write_best_config(folder, make_job(), knobs)["caveats"]
+    assert "refuses padding_free" in note and "images passed in row order" in note and "use_cache" not in note
+    assert ("get_rope_index" in note) == (vlm == "qwen2_vl")
+    assert ("block-diagonal" in note) == (attn != "flash_attention_2")
+    assert caveats(Knobs(padding="longest"), vlm) == []
+
+
 def test_best_config_json_holds_knobs_kwargs_command_and_caveats(tmp_path):
     folder = RunFolder(tmp_path, "r")
     folder.path.mkdir()

@@ -87,17 +87,28 @@ def test_a_gain_within_the_noise_floor_is_discarded(tmp_path):
     assert len(outcome.records[1]["measurements"]) == 2
 
 
-@pytest.mark.parametrize("slow_incumbent,decision", [(1.2, "keep"), (1.25, "discard")])
-def test_a_comparison_two_pairs_leave_open_gets_two_more_before_it_is_decided(tmp_path, slow_incumbent, decision):
-    # A 25% gain, but the second incumbent run came out fast: on two pairs the ratio clears the 5.6%
-    # floor and its interval does not. Two more pairs decide it, on all four.
-    jitter = [1.0, 1.03, 0.97] + [1.0, 1.0, 1.0, slow_incumbent] + [1.0] * 4
+@pytest.mark.parametrize("later,decision,pairs", [([1.0] * 4, "keep", 4), ([1.0, 1.2, 1.0, 1.2], "discard", 3)])
+def test_a_comparison_two_pairs_leave_open_gets_more_before_it_is_decided(tmp_path, later, decision, pairs):
+    # A 25% gain, but the second incumbent run came out 20% fast: on two pairs the interval does not clear
+    # the 5.6% floor, and two more could. More pairs decide it: kept on four, or discarded once the
+    # incumbent came out fast again and a fourth pair could no longer clear the floor.
+    jitter = [1.0, 1.03, 0.97] + [1.0, 1.0, 1.0, 1.2] + later
     executor = TableExecutor({("padding", "padding_free"): 1.25}, jitter=jitter)
     _, outcome = tune(tmp_path, executor, "max_trials=1")
     record = outcome.records[1]
     assert record["change"] == "padding=padding_free" and record["decision"] == decision
-    assert "(95%, 4 vs 4 runs)" in record["reason"] and len(record["measurements"]) == 4
-    assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 8
+    assert f"(95%, {pairs} vs {pairs} runs)" in record["reason"] and len(record["measurements"]) == pairs
+    assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 2 * pairs
+
+
+def test_more_pairs_are_not_spent_where_they_could_not_decide(tmp_path):
+    # The second incumbent run 25% fast: even four pairs at this spread would leave the interval inside
+    # the floor, so it is decided on two.
+    executor = TableExecutor({("padding", "padding_free"): 1.25}, jitter=[1.0, 1.03, 0.97, 1.0, 1.0, 1.0, 1.25])
+    _, outcome = tune(tmp_path, executor, "max_trials=1")
+    record = outcome.records[1]
+    assert record["decision"] == "discard" and "(95%, 2 vs 2 runs)" in record["reason"]
+    assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 4
 
 
 def test_a_clear_gain_is_decided_on_two_pairs(tmp_path):

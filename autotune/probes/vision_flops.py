@@ -1,10 +1,12 @@
 """FLOPs of a VLM's vision side, per image, in the convention of probes/flops.py.
 
 The vision tower runs once per image over its patches (Qwen2-VL: the image processor's grid; LLaVA's
-CLIP: (side/patch)^2 patches plus a class token); the patch embedding is a matmul per patch (a conv
-whose stride is its kernel). What maps features to the language model (Qwen2-VL's merger, LLaVA's
-projector) runs once per image token. Attention in the tower: 4·L·H·Q·p² forward per image of p
-patches (all patches of an image attend to each other).
+CLIP: (side/patch)^2 patches plus a class token), or once per tile where the family splits images
+(Idefics3: (side/patch)^2 patches per tile, the tiles plus a global view); the patch embedding is a
+matmul per patch (a conv whose stride is its kernel). What maps features to the language model
+(Qwen2-VL's merger, LLaVA's projector, Idefics3's connector after its pixel shuffle) runs once per image
+token. Attention in the tower: 4·L·H·Q·p² forward per pass of p patches (all patches of an image, or
+of a tile, attend to each other, and to nothing else).
 
 Backward: the tower's backward runs only when something in it (or its projector) trains; a frozen
 tower under LoRA, or one run without autograd, costs its forward alone (2 per weight per patch), as
@@ -75,7 +77,8 @@ def vision_cost(model: torch.nn.Module, config: Any) -> dict[str, Any] | None:
 
 
 def image_flops(cost: dict[str, Any], images: Iterable[tuple[int, int]], gradient_checkpointing: bool) -> dict[str, float]:
-    """FLOPs of the vision side over images given as (patches in the tower, image tokens): {"model", "hardware"}."""
+    """FLOPs of the vision side over the tower's passes (an image, or a tile), each given as (patches in
+    the tower, image tokens it yields): {"model", "hardware"}."""
     layers, heads, head_dim = cost["attention"]
     patches = tokens = squares = 0
     for p, t in images:

@@ -138,7 +138,7 @@ def build_rows(examples: Iterable[dict[str, Any]], vision: Vision, max_len: int)
     rows, skipped = [], 0
     for example in examples:
         sizes = [image_size(b) for b in example["images"]]
-        head = bos + [t for h, w in sizes for t in vision.block(vision.count(h, w))]
+        head = bos + [t for h, w in sizes for t in vision.image_block(h, w)]
         room = max_len - len(head)
         caption = tokenizer(example["text"], add_special_tokens=False)["input_ids"] + eos
         if room < 2 or not sizes:
@@ -197,7 +197,7 @@ class VisionRows:
         """The rows as the model sees them at this resolution, and their images' tensors in row order."""
         rows = [self.vision.resize_row(row, self.sizes[r], self.max_pixels) for r, row in zip(row_ids, rows)]
         images = [self.store.image(i) for r in row_ids for i in self.images[r]]
-        return rows, self.vision.tensors(images, self.max_pixels)
+        return rows, self.vision.tensors(images, self.max_pixels, [len(self.images[r]) for r in row_ids])
 
     def worst_case(self, micro: int, max_len: int, stored_rows: list[list[int]]) -> tuple[tuple, list[list[int]]]:
         """`micro` copies of the row with the most image tokens, its caption repeated up to max_len: the

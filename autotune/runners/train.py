@@ -97,6 +97,10 @@ class MicroBatches(torch.utils.data.Dataset):
                         self.leak, self.vision.ignore if self.vision is not None else frozenset())
         if self.vision is not None:
             batch["vision"] = {**pixels, **self.vision.vision.extra_inputs(batch["input_ids"])}
+            if self.knobs["padding"] == "padding_free":
+                from .vision_pack import pack_vision
+
+                pack_vision(batch, self.vision.vision, rows, pixels)
         return batch
 
 

@@ -3,8 +3,12 @@
 A VLM row is token ids in which each image stands as a block of image tokens (Qwen2-VL:
 `<|vision_start|>`, `<|image_pad|>` x n, `<|vision_end|>`; LLaVA: `<image>` x n), followed by the
 caption. n is what the model's processor expands an image to, so that the vision tower's features
-and the image tokens match one to one. The image tensors themselves are made by the image processor
-at collate time, as a real VLM collator does, so the processor's cost is part of every measured step.
+and the image tokens match one to one. Idefics3 (SmolVLM checkpoints of model type idefics3 too)
+splits an image into tiles plus a downscaled global view; its block is what its processor writes for
+that tile grid (`<fake_token_around_image>`, `<row_r_col_c>` or `<global-img>`, `<image>` x
+image_seq_len per tile, newlines between tile rows), taken from the processor, not re-derived. The
+image tensors themselves are made by the image processor at collate time, as a real VLM collator does,
+so the processor's cost is part of every measured step.
 
 Presets build their processor from parts, with no download: the family's image processor with its
 defaults, and a byte-level tokenizer built in memory holding the family's special tokens at the ids
@@ -18,15 +22,25 @@ from typing import Any
 
 import torch
 
-# Row-building families: the special tokens around an image, whether the image processor takes a
-# pixel budget (a resolution limit), and whether the model needs per-token modality ids (M-RoPE).
+# Idefics3's tile tags: its processor looks up a 6 x 6 grid of them.
+ROW_COL = tuple(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7))
+# Row-building families: the special tokens around an image, other tags inside an image's block
+# ("marks"), whether the image processor takes a pixel budget (a resolution limit), whether the model
+# needs per-token modality ids (M-RoPE), and whether images are split into tiles the tower sees apart.
 FAMILIES: dict[str, dict[str, Any]] = {
     "qwen2_vl": {"start": "<|vision_start|>", "image": "<|image_pad|>", "end": "<|vision_end|>",
-                 "extra": ("<|video_pad|>",), "resizable": True, "mm_token_type_ids": True},
+                 "extra": ("<|video_pad|>",), "marks": (), "resizable": True, "mm_token_type_ids": True,
+                 "tiles": False},
     "qwen2_5_vl": {"start": "<|vision_start|>", "image": "<|image_pad|>", "end": "<|vision_end|>",
-                   "extra": ("<|video_pad|>",), "resizable": True, "mm_token_type_ids": True},
-    "llava": {"start": None, "image": "<image>", "end": None, "extra": (), "resizable": False,
-              "mm_token_type_ids": False},
+                   "extra": ("<|video_pad|>",), "marks": (), "resizable": True, "mm_token_type_ids": True,
+                   "tiles": False},
+    "llava": {"start": None, "image": "<image>", "end": None, "extra": (), "marks": (), "resizable": False,
+              "mm_token_type_ids": False, "tiles": False},
+    # The tile grid is fixed by the processor's sizes (every image is scaled to its longest edge), so
+    # there is no pixel budget to cap.
+    "idefics3": {"start": "<fake_token_around_image>", "image": "<image>", "end": None,
+                 "extra": ("<global-img>", "<end_of_utterance>", *ROW_COL), "marks": ("<global-img>", *ROW_COL),
+                 "resizable": False, "mm_token_type_ids": False, "tiles": True},
 }
 # The in-memory tokenizer: 3 specials, 256 byte tokens, then the family's tokens from id 259 (the ids
 # the presets' configs name).
@@ -67,6 +81,16 @@ def byte_tokenizer(special: list[str]) -> Any:
                                    additional_special_tokens=special)
 
 
+def tile_processor(config: Any, image_processor: Any, tokenizer: Any) -> Any:
+    """Idefics3's processor from parts: its block layout and token count are the reference."""
+    from transformers import Idefics3Processor
+
+    vision = config.vision_config
+    # The model's own arithmetic (Idefics3Model.image_seq_len): patches per tile over the pixel shuffle.
+    seq_len = int(((vision.image_size // vision.patch_size) ** 2) / (config.scale_factor ** 2))
+    return Idefics3Processor(image_processor, tokenizer, image_seq_len=seq_len)
+
+
 def image_processor_for(config: Any) -> Any:
     """The family's image processor with its defaults, sized to the config (no download). The PIL
     backends: torchvision is not a dependency."""
@@ -76,6 +100,12 @@ def image_processor_for(config: Any) -> Any:
         vision = config.vision_config
         return Qwen2VLImageProcessorPil(patch_size=vision.patch_size, merge_size=vision.spatial_merge_size,
                                         temporal_patch_size=vision.temporal_patch_size)
+    if config.model_type == "idefics3":
+        from transformers import Idefics3ImageProcessorPil
+
+        side = config.vision_config.image_size
+        # The family's own ratio: images up to 4 tiles a side (Idefics3-8B 364/1456, SmolVLM 512/2048).
+        return Idefics3ImageProcessorPil(max_image_size={"longest_edge": side}, size={"longest_edge": 4 * side})
     from transformers import CLIPImageProcessorPil
 
     side = config.vision_config.image_size
@@ -92,9 +122,12 @@ class Vision:
     config: Any
     processor: Any = None  # a hub processor, when there is one: its own token count is the reference
     ids: dict[str, int | None] = field(default_factory=dict)
+    _blocks: dict[tuple[int, int], list[int]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         spec = FAMILIES[self.model_type]
+        if spec["tiles"] and self.processor is None:
+            self.processor = tile_processor(self.config, self.image_processor, self.tokenizer)
         self.ids = {role: (self.tokenizer.convert_tokens_to_ids(spec[role]) if spec[role] else None)
                     for role in ("start", "image", "end")}
         if self.ids["image"] != self.config.image_token_id:
@@ -103,15 +136,22 @@ class Vision:
 
     @property
     def block_ids(self) -> frozenset[int]:
-        """Tokens of image blocks: never loss targets, never cut."""
-        return frozenset(i for i in self.ids.values() if i is not None)
+        """Tokens of image blocks: never loss targets, never cut. (Idefics3's newlines between tile rows
+        are plain text tokens, shared with captions: they stay targets, as in the family's own recipes.)"""
+        marks = [self.tokenizer.convert_tokens_to_ids(t) for t in FAMILIES[self.model_type]["marks"]]
+        return frozenset(i for i in [*self.ids.values(), *marks] if i is not None)
+
+    @property
+    def tiled(self) -> bool:
+        return FAMILIES[self.model_type]["tiles"]
 
     @property
     def resizable(self) -> bool:
         return FAMILIES[self.model_type]["resizable"]
 
     def _size(self, max_pixels: int) -> dict[str, Any]:
-        if not max_pixels:
+        # A processor with no pixel budget is never capped (the frame does not offer it the knob).
+        if not max_pixels or not self.resizable:
             return {}
         size = dict(self.image_processor.size)
         # A cap only lowers the processor's own limit, never raises it (rows were sized to that limit),
@@ -139,26 +179,60 @@ class Vision:
         return patches + (1 if getattr(self.config, "vision_feature_select_strategy", "default") == "full" else 0)
 
     def patches(self, height: int, width: int, max_pixels: int = 0) -> int:
-        """The vision tower's sequence length for one image (what its attention and FLOPs scale with)."""
+        """The vision tower's sequence length for one image, over all its tiles."""
+        if self.tiled:
+            return sum(p for p, _ in self.units(height, width, max_pixels))
         if self.resizable:
             return int(self.image_processor.get_number_of_image_patches(height, width, self._budget(max_pixels)))
         vision = self.config.vision_config
         return (vision.image_size // vision.patch_size) ** 2 + 1  # CLIP adds a class token
 
+    def units(self, height: int, width: int, max_pixels: int = 0) -> list[tuple[int, int]]:
+        """(tower sequence length, image tokens) per separate pass of the vision tower: one per image, one
+        per tile when the family tiles (attention stays within a tile, so its cost goes with each tile's
+        length squared)."""
+        if not self.tiled:
+            return [(self.patches(height, width, max_pixels), self.count(height, width, max_pixels))]
+        tiles, _, _ = self.image_processor.get_number_of_image_patches(height, width, self._budget(max_pixels))
+        vision = self.config.vision_config
+        # 0 tiles from the processor means the image was not split: it is one tile.
+        return [((vision.image_size // vision.patch_size) ** 2, int(self.processor.image_seq_len))] * max(1, tiles)
+
+    def image_block(self, height: int, width: int, max_pixels: int = 0) -> list[int]:
+        """One image's tokens in a row: what the processor writes for it, tokenized."""
+        if not self.tiled:
+            return self.block(self.count(height, width, max_pixels))
+        _, rows, cols = self.image_processor.get_number_of_image_patches(height, width, self._budget(max_pixels))
+        if (rows, cols) not in self._blocks:
+            # The block starts and ends with special tokens, so alone it tokenizes as it does in a row.
+            text = self.processor.replace_image_token({"rows": [[rows]], "cols": [[cols]]}, 0)
+            self._blocks[rows, cols] = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(self._blocks[rows, cols])
+
     def block(self, count: int) -> list[int]:
         return ([self.ids["start"]] if self.ids["start"] is not None else []) + [self.ids["image"]] * count + \
             ([self.ids["end"]] if self.ids["end"] is not None else [])
 
-    def tensors(self, images: list[Any], max_pixels: int = 0) -> dict[str, torch.Tensor]:
-        """The vision inputs of a micro-batch's images, in row order: one processor call per micro-batch."""
+    def tensors(self, images: list[Any], max_pixels: int = 0,
+                per_row: list[int] | None = None) -> dict[str, torch.Tensor]:
+        """The vision inputs of a micro-batch's images, in row order: one processor call per micro-batch.
+        `per_row`: how many of the images each row has (default one each); a tiling family takes them
+        nested by row, as its collators pass them: (rows, most tiles in a row, 3, H, W), short rows
+        padded with all-zero tiles that the model drops, and a pixel mask."""
         if not images:
             return {}
+        if self.tiled:
+            nested, start = [], 0
+            for n in per_row or [1] * len(images):
+                nested.append(images[start:start + n])
+                start += n
+            images = [group for group in nested if group]
         out = self.image_processor(images=images, return_tensors="pt", **self._size(max_pixels))
         return {k: v for k, v in out.items() if torch.is_tensor(v)}
 
     def resize_row(self, row: list[int], sizes: list[tuple[int, int]], max_pixels: int) -> list[int]:
         """The row with each image's run of image tokens set to what the capped resolution gives."""
-        if not max_pixels:
+        if not max_pixels or not self.resizable:
             return row
         image, out, k, i = self.ids["image"], [], 0, 0
         while i < len(row):

@@ -15,17 +15,18 @@ def text_limits() -> list[dict[str, Any]]:
 
 
 def vlm_limits(job: dict[str, Any], model_type: str, resizable: bool, tower_trains: bool) -> list[dict[str, Any]]:
-    limits = [{"knob": "padding", "value": "padding_free", "silent": False,
-               "reason": f"packed rows with images are not supported for {model_type} in the built-in runner: its "
-                         "image features and positions (M-RoPE for Qwen2-VL) are laid out per row, so packed rows "
-                         "would see each other"}]
+    from .vision_pack import packing_limit
+
+    limits = packing_limit(model_type)
     if not job.get("allow_image_resize"):
         limits += [{"knob": name, "silent": False,
                     "reason": "a resolution limit changes what is trained; allow it with allow_image_resize=true"}
                    for name, knob in CATALOG.items() if knob.changes_training]
     elif not resizable:
         limits.append({"knob": "max_image_pixels", "silent": False,
-                       "reason": f"the {model_type} image processor has one fixed input size"})
+                       "reason": ("the idefics3 image processor cuts images into tiles of one fixed size, and a "
+                                  "pixel cap is not mapped to its tiling yet" if model_type == "idefics3" else
+                                  f"the {model_type} image processor has one fixed input size")})
     if tower_trains:
         limits.append({"knob": "freeze_vision_tower", "value": True, "silent": False,
                        "reason": "this method trains the vision tower: freezing it would train something else"})
@@ -95,8 +96,7 @@ def vlm_flops(model: Any, config: Any, vision: Any, rows: list[list[int]], measu
     for r in measured:
         row = vision.vision.resize_row(rows[r], vision.sizes[r], vision.max_pixels)
         lengths.append(len(row))
-        images += [(vision.vision.patches(h, w, vision.max_pixels), vision.vision.count(h, w, vision.max_pixels))
-                   for h, w in vision.sizes[r]]
+        images += [unit for h, w in vision.sizes[r] for unit in vision.vision.units(h, w, vision.max_pixels)]
     text = flops.step_flops(flops.matmul_params(model, skip=cost["modules"]), flops.attention_shape(config), lengths,
                             gradient_checkpointing)
     side = image_flops(cost, images, gradient_checkpointing)

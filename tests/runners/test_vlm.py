@@ -29,16 +29,9 @@ def _image(height: int, width: int) -> Image.Image:
     return Image.new("RGB", (width, height), (10, 200, 90))
 
 
-IDEFICS3 = {"model_type": "idefics3", "scale_factor": 2, "image_token_id": 259,
-            "text_config": {"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128,
-                            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2},
-            "vision_config": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                              "num_attention_heads": 2, "image_size": 56, "patch_size": 14}}
-
-
 @pytest.mark.parametrize("values,cls", [(PRESETS["tiny-qwen2-vl"], "Qwen2VLForConditionalGeneration"),
                                         (PRESETS["tiny-llava"], "LlavaForConditionalGeneration"),
-                                        (IDEFICS3, "Idefics3ForConditionalGeneration")])
+                                        (PRESETS["tiny-idefics3"], "Idefics3ForConditionalGeneration")])
 @pytest.mark.parametrize("method", ["sft", "lora"])
 def test_each_family_loads_from_a_config_through_the_image_text_class(values, cls, method):
     config = _config_from_dict(dict(values))
@@ -98,21 +91,27 @@ def test_image_tokens_are_what_the_processor_and_the_model_expand_to(preset, siz
             model(input_ids=bad, **tensors, **vision.extra_inputs(bad))
 
 
-def test_rows_never_exceed_max_len_and_images_are_never_cut():
-    config, vision = _vision("tiny-qwen2-vl")
+# The in-memory tokenizer's "\n": Idefics3 writes newlines between its tile rows.
+NEWLINE = byte_tokenizer([]).convert_tokens_to_ids("Ċ")
+
+
+@pytest.mark.parametrize("preset,max_lens", [("tiny-qwen2-vl", (160, 512)), ("tiny-idefics3", (96, 110))])
+def test_rows_never_exceed_max_len_and_images_are_never_cut(preset, max_lens):
+    config, vision = _vision(preset)
     examples = synthetic_examples(60, 0)
-    for max_len in (160, 512):
+    for max_len in max_lens:
         rows, skipped = build_rows(examples, vision, max_len)
         assert rows and skipped and len(rows) + skipped == len(examples)
         for row in rows:
             assert len(row["ids"]) <= max_len
             (height, width), = row["sizes"]
-            block = vision.block(vision.count(height, width))
+            block = vision.image_block(height, width)
             image = vision.ids["image"]
             assert row["ids"][1:1 + len(block)] == block and row["ids"].count(image) == block.count(image)
+            assert block.count(image) and set(block) - {image} <= vision.block_ids | {NEWLINE}
         for example in examples:  # what was skipped could not fit even with two caption tokens
             with Image.open(io.BytesIO(example["images"][0])) as image:
-                fits = 1 + len(vision.block(vision.count(image.height, image.width))) + 2 <= max_len
+                fits = 1 + len(vision.image_block(image.height, image.width)) + 2 <= max_len
             assert fits == any(r["images"] == example["images"] for r in rows)
 
 
@@ -152,7 +151,8 @@ def test_frame_of_a_vlm_stores_rows_with_images_and_declares_its_limits(vlm_fram
     assert frame["model"]["model_type"] == "qwen2_vl" and frame["model"]["vision"]["trainable_params"] > 0
     assert 0 < frame["data"]["image_token_share"] < 1 and frame["data"]["images_per_row"] == 1
     limits = {(limit["knob"], limit.get("value")): limit for limit in frame["limits"]}
-    assert ("padding", "padding_free") in limits and ("freeze_vision_tower", True) in limits
+    # Qwen2-VL packs (runners/vision_pack.py): padding_free is no limit for it.
+    assert ("padding", "padding_free") not in limits and ("freeze_vision_tower", True) in limits
     assert "allow_image_resize=true" in limits[("max_image_pixels", None)]["reason"]
     assert not any(limit["silent"] for limit in frame["limits"])
 
