@@ -12,14 +12,17 @@ pytestmark = pytest.mark.slow
 
 
 def test_vlm_smoke_keeps_a_faster_config_that_trains_the_same_thing(tmp_path):
-    # Held to the attention knob and a smaller batch so that the test fits the suite's budget; the
-    # issue's full command (effective_batch=8, every knob) is what the README shows.
-    done = autotune(tmp_path, "vlm", "model=tiny-qwen2-vl", "dataset=synthetic", "max_len=512", "effective_batch=4",
-                    "only=attn_implementation", "smoke", "time=150s")
+    # Held to the padding knob and a smaller batch so that the test fits the suite's budget; the
+    # issue's full command (effective_batch=8, every knob) is what the README shows. Rows padded to
+    # max_len against packed rows (M-RoPE positions per row): the largest gain on this model, so the
+    # test does not hang on a CPU's noise.
+    done = autotune(tmp_path, "vlm", "model=tiny-qwen2-vl", "dataset=synthetic", "max_len=1024", "effective_batch=2",
+                    "only=padding", "max_trials=1", "smoke", "time=150s")
     assert done.returncode == 0, done.stderr[-3000:]
     trials = records(tmp_path, "vlm")
     kept = [t for t in trials if t["decision"] == "keep"]
-    assert kept and kept[0]["change"] == "attn_implementation=sdpa", [(t["change"], t["reason"]) for t in trials]
+    assert kept and kept[0]["change"] in ("padding=padding_free", "padding=longest"), \
+        [(t["change"], t["reason"]) for t in trials]
     assert all(t["parity"]["ok"] and t["parity"]["worst"] is not None for t in kept)
     assert kept[0]["interval"][0] > 1
     frame = json.loads((tmp_path / "runs" / "vlm" / "frame.json").read_text())
@@ -27,4 +30,4 @@ def test_vlm_smoke_keeps_a_faster_config_that_trains_the_same_thing(tmp_path):
     # MFU counts the vision tower: a positive reading below the device's measured peak.
     assert all(0 < m["mfu"] < 1 for t in trials for m in t["measurements"])
     report = (tmp_path / "runs" / "vlm" / "report.md").read_text()
-    assert "padding=padding_free" not in report  # held by only=, so not even listed as skipped
+    assert "attn_implementation=sdpa" not in report  # held by only=, so not even listed as skipped
