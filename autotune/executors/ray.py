@@ -10,7 +10,8 @@ runtime environment (`py_modules`); the spec and the files it names (rows, model
 call, and the run's outputs come back into the driver's trial folder.
 
 A node lost mid-trial (its raylet or machine gone) ends that run as a `crash`; the slot is dropped and
-the tune goes on with the others.
+the tune goes on with the others. A GPU of the model that is free later (a slot stopped after a hang, a
+node that joins or comes back, a GPU other work let go) gets a new slot while the tune runs.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ INPUTS = {"rows_path": "rows.json", "model_config_path": "model_config.json"}
 IMAGES = ".images"
 OUTPUT_FILES = ("stdout.txt", "stderr.txt", "result.json")
 OUTPUT_LIMIT = 1 << 20
+# How often the driver looks for GPUs of the model that have no slot (a GCS query each time).
+REPLENISH_EVERY_S = 2.0
 # Ray's errors that mean the slot's process or node went away, not that the trial failed on its own.
 LOST = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
         ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError, ray.exceptions.LocalRayletDiedError)
@@ -221,6 +224,9 @@ class RayExecutor:
         self._slots: list[Slot] = []
         self._inputs: dict[tuple, tuple[str, list[Any]]] = {}
         self._connected = False
+        self._remote: Any = None
+        self._pending: list[tuple[Any, Any]] = []  # (actor, its `where` call): slots waiting for a GPU
+        self._looked = 0.0
 
     # -- the cluster ---------------------------------------------------------------------------
     def connect(self, gpu: str = "") -> None:
@@ -237,9 +243,9 @@ class RayExecutor:
         self._connected = True
         models = cluster_models(ray.nodes())
         self.model = pick_model(models, gpu, self.address)
-        remote = ray.remote(_TrialSlot).options(num_gpus=1, resources={LABEL + self.model: 0.001}, max_restarts=0,
-                                                max_task_retries=0)
-        actors = [remote.remote(self.make_inner) for _ in range(int(models[self.model]))]
+        self._remote = ray.remote(_TrialSlot).options(num_gpus=1, resources={LABEL + self.model: 0.001},
+                                                      max_restarts=0, max_task_retries=0)
+        actors = [self._remote.remote(self.make_inner) for _ in range(int(models[self.model]))]
         calls = [actor.where.remote() for actor in actors]
         ready, _ = ray.wait(calls, num_returns=len(calls), timeout=self.start_timeout_s)
         for actor, call in zip(actors, calls):
@@ -258,7 +264,32 @@ class RayExecutor:
         self._slots.sort(key=lambda s: (s.where["ip"], s.where["node"], s.where["gpu"]))
 
     def slots(self) -> list[Slot]:
+        self._replenish()
         return [slot for slot in self._slots if slot.alive]
+
+    def _replenish(self) -> None:
+        """Slots for GPUs of the model that have none, without waiting: a slot asked for is adopted once
+        Ray has placed it, on a later look. New slots go last, so the home slot stays the home slot."""
+        if not self._connected or time.monotonic() - self._looked < REPLENISH_EVERY_S:
+            return
+        self._looked = time.monotonic()
+        if self._pending:
+            calls = [call for _, call in self._pending]
+            ready, _ = ray.wait(calls, num_returns=len(calls), timeout=0)
+            for actor, call in [entry for entry in self._pending if entry[1] in ready]:
+                self._pending.remove((actor, call))
+                try:
+                    self._slots.append(Slot(self, actor, ray.get(call)))
+                except ray.exceptions.RayError:
+                    ray.kill(actor)
+        try:
+            gpus = int(cluster_models(ray.nodes()).get(self.model, 0))
+        except ray.exceptions.RayError:
+            return
+        live = sum(1 for slot in self._slots if slot.alive)
+        for _ in range(gpus - live - len(self._pending)):
+            actor = self._remote.remote(self.make_inner)
+            self._pending.append((actor, actor.where.remote()))
 
     def _local(self, spec: dict[str, Any]) -> dict[str, Path]:
         """Name in a slot's run folder -> the driver's path, for the inputs this spec names."""
@@ -313,9 +344,9 @@ class RayExecutor:
                 ray.get([slot.actor.cleanup.remote() for slot in live], timeout=10)
             except ray.exceptions.RayError:
                 pass
-            for slot in self._slots:
-                ray.kill(slot.actor)
-            self._slots = []
+            for actor in [slot.actor for slot in self._slots] + [actor for actor, _ in self._pending]:
+                ray.kill(actor)
+            self._slots, self._pending = [], []
             ray.shutdown()
             self._connected = False
 

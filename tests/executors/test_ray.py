@@ -217,6 +217,26 @@ def test_host_ray_takes_the_address_from_RAY_ADDRESS(cluster, monkeypatch):
         RayExecutor("127.0.0.1:1").connect()  # in seconds, where Ray would retry for minutes
 
 
+def test_a_slot_lost_on_a_live_node_is_replaced_once_its_gpu_is_free(cluster, tmp_path):
+    # A slot stopped after a hang (or its actor killed) frees its GPU: the tune gets a new slot there.
+    executor = RayExecutor(cluster["address"], make_inner=functools.partial(Table, tiny_job().start.to_dict(), 0.0))
+    try:
+        executor.connect(MODEL)
+        home, lost = executor.slots()
+        ray.kill(lost.actor)
+        result = lost.run(make_spec(tmp_path), tmp_path / "001-001", 30)
+        assert result["state"] == "crash" and not lost.alive
+        deadline = time.monotonic() + 60
+        while len(executor.slots()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert executor.slots()[0] is home and len(executor.slots()) == 2
+        new = executor.slots()[1]
+        assert new.where["node"] == lost.where["node"] and new is not lost
+        assert new.run(make_spec(tmp_path), tmp_path / "001-002", 30)["state"] == "complete"
+    finally:
+        executor.close()
+
+
 def test_a_node_killed_mid_trial_is_a_crash_and_the_tune_finishes(cluster, tmp_path, monkeypatch):
     """Last in this module: the worker node does not come back."""
     start = tiny_job().start.to_dict()
