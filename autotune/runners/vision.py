@@ -12,7 +12,8 @@ so the processor's cost is part of every measured step.
 
 Presets build their processor from parts, with no download: the family's image processor with its
 defaults, and a byte-level tokenizer built in memory holding the family's special tokens at the ids
-the preset's config names (259 up). Hub and local models load theirs with `AutoProcessor`.
+the preset's config names (259 up). Hub and local models load theirs with `AutoProcessor` (or, where
+it needs torchvision for a video processor, as Qwen2-VL's does, the image processor and tokenizer alone).
 """
 
 from __future__ import annotations
@@ -263,7 +264,13 @@ def load_vision(job: dict[str, Any], config: Any) -> Vision:
     if job["model"] in PRESETS or job.get("smoke"):
         return Vision(config.model_type, image_processor_for(config), byte_tokenizer(family_tokens(config.model_type)),
                       config)
-    from transformers import AutoProcessor
+    from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
 
-    processor = AutoProcessor.from_pretrained(job["model"])
+    try:
+        processor = AutoProcessor.from_pretrained(job["model"])
+    except ImportError:
+        # Qwen2-VL's processor also loads a video processor, which needs torchvision (not a dependency);
+        # rows need only its image processor and tokenizer, and the count is the same arithmetic.
+        return Vision(config.model_type, AutoImageProcessor.from_pretrained(job["model"]),
+                      AutoTokenizer.from_pretrained(job["model"]), config)
     return Vision(config.model_type, processor.image_processor, processor.tokenizer, config, processor=processor)
