@@ -10,7 +10,8 @@ earlier commit changed what the screen sees), the replay finds a run it does not
 then, on the tape's slot, so every run of one trial, and so every keep decision's interleaved pairs,
 is on one GPU. (The one-run screen compares against the incumbent's runs so far, which may come from
 another card of the same model; the keep decision never does.) Tapes made for an incumbent that is no
-longer the incumbent are thrown away. Records, beliefs, the state file and
+longer the incumbent are thrown away. A slot lost before a trial's first run leaves nothing on its
+tape, and the commit measures that whole trial on a live slot. Records, beliefs, the state file and
 the report are written by the driver alone, at commit, in trial order.
 """
 
@@ -56,6 +57,9 @@ class _Recording:
         if self.tape.stale:
             # Made for an incumbent that is gone: the shadow is ended at once, its slot freed for real work.
             return {"state": "crash", "reason": "speculation abandoned", "wall_s": 0.0, "exit_code": None}
+        if not self.tape.runs and not getattr(self.tape.slot, "alive", True):
+            # The slot was lost before the trial began: nothing is kept, so the commit runs it on a live slot.
+            return {"state": "crash", "reason": "slot lost before the trial began", "wall_s": 0.0, "exit_code": None}
         result = self.tape.slot.run(spec, trial_dir, timeout_s)
         self.tape.runs.append((_same(spec), result, trial_dir))
         return result
@@ -65,8 +69,9 @@ class _Replay:
     """The committing tuner's executor: the tape's results while the specs match, then live runs on the
     tape's slot. Counts the device time the trial took, which a serial run would have waited for."""
 
-    def __init__(self, tape: Tape) -> None:
+    def __init__(self, tape: Tape, executor: Any) -> None:
         self.tape, self.position, self.device_s, self.live, self.live_s = tape, 0, 0.0, 0, 0.0
+        self.executor = executor
 
     def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
         runs = self.tape.runs
@@ -76,6 +81,9 @@ class _Replay:
             if source.is_dir():
                 shutil.copytree(source, trial_dir, dirs_exist_ok=True)
         else:
+            if self.position == self.live == 0 and not getattr(self.tape.slot, "alive", True):
+                # No run of this trial was on the lost slot, so the whole trial can still be on one GPU.
+                self.tape.slot = next(iter(self.executor.slots()), self.tape.slot)
             self.live += 1
             result = self.tape.slot.run(spec, trial_dir, timeout_s)
             self.live_s += result.get("wall_s") or 0.0
@@ -171,7 +179,7 @@ class ParallelTrials:
         # old incumbent, and would hold a slot the next trials need.
         tape.done.wait()
         self.waited_s += time.monotonic() - waited
-        replay = _Replay(tape)
+        replay = _Replay(tape, self.executor)
         self.tuner.executor = replay
         try:
             incumbent = self.tuner._try(trial, hypotheses[0], incumbent, base, floor)

@@ -73,16 +73,38 @@ def test_the_replay_gives_the_tape_while_it_matches_then_measures_on_the_tapes_s
     from autotune.reasoner import Hypothesis
 
     start = tiny_job().start.to_dict()
-    slots = TableSlots(start, 2).slots()
+    executor = TableSlots(start, 2)
+    slots = executor.slots()
     screen = {"kind": "trial", "knobs": {**start, "padding": "padding_free"}, "ceiling": True}
     incumbent = {"kind": "trial", "knobs": start, "ceiling": False}
     taped = {"state": "complete", "wall_s": 2.0, "measurement": {"samples_per_s": 1.0}}
     tape = Tape(1, Hypothesis.__new__(Hypothesis), (), slots[1], tmp_path / "tape",
                 runs=[(_same(screen), taped, tmp_path / "none"), (_same(screen), taped, tmp_path / "none")])
-    replay = _Replay(tape)
+    replay = _Replay(tape, executor)
     assert replay.run(screen, tmp_path / "a", 60) == taped  # the tape's first run
     live = replay.run(incumbent, tmp_path / "b", 60)  # not on the tape: measured now, on the tape's slot
     assert live["placement"]["gpu"] == "1" and (tmp_path / "b" / "slot.txt").read_text() == "1"
     # Once a run was measured live, the rest of the tape (made before it) is not used.
     again = replay.run(screen, tmp_path / "c", 60)
     assert again != taped and replay.position == 1 and replay.live == 2
+
+
+def test_a_trial_whose_slot_was_lost_before_it_began_runs_whole_on_a_live_slot(tmp_path):
+    from autotune.parallel import Tape, _Recording, _Replay
+    from autotune.reasoner import Hypothesis
+
+    start = tiny_job().start.to_dict()
+    executor = TableSlots(start, 2)
+    home, lost = executor.slots()
+    lost.alive = False
+    tape = Tape(1, Hypothesis.__new__(Hypothesis), (), lost, tmp_path / "tape")
+    screen = {"kind": "trial", "knobs": {**start, "padding": "padding_free"}, "ceiling": True}
+    incumbent = {"kind": "trial", "knobs": start, "ceiling": False}
+    # The speculation found its slot gone before its first run: nothing of it is on the tape ...
+    assert _Recording(tape).run(screen, tmp_path / "s", 60)["reason"] == "slot lost before the trial began"
+    assert tape.runs == []
+    # ... so the committed trial is measured, all of it, on a live slot instead of being a crash.
+    replay = _Replay(tape, executor)
+    runs = [replay.run(spec, tmp_path / name, 60) for spec, name in ((screen, "a"), (incumbent, "b"), (screen, "c"))]
+    assert [r["state"] for r in runs] == ["complete"] * 3
+    assert {r["placement"]["gpu"] for r in runs} == {home.where["gpu"]}
