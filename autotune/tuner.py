@@ -407,6 +407,9 @@ class Tuner:
         verdict = stats.compare([r["measurement"]["step_times_s"] for r in fresh],
                                 [r["measurement"]["step_times_s"] for r in results], rows, floor)
         verdict = self._more_pairs(trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict)
+        failed = results[-1]
+        if failed["state"] != "complete":
+            return finish("discard", f"an extra run ended {failed['state']}: {failed['reason']}", failed["state"])
         if verdict.verdict != "faster":
             return finish("discard", verdict.reason)
         ceiling = measurement.get("ceiling")
@@ -431,9 +434,12 @@ class Tuner:
             added += 1
             total = 2 + added
             candidate = self.measure(knobs, trial, f"{hypothesis.change} ({total}/{total}, undecided)")
+            if candidate["state"] != "complete":
+                results.append(candidate)  # the trial ends in its state: an undecided change is not kept
+                break
             again = self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent ({total}/{total})")
-            if candidate["state"] != "complete" or again["state"] != "complete":
-                break  # decided on the pairs it has: an undecided change is not kept
+            if again["state"] != "complete":
+                break  # decided on the pairs it has, as when a confirmation's incumbent run fails
             results.append(candidate)
             fresh.append(again)
             incumbent.add(again["measurement"])

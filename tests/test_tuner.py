@@ -101,6 +101,23 @@ def test_a_comparison_two_pairs_leave_open_gets_more_before_it_is_decided(tmp_pa
     assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 2 * pairs
 
 
+def test_an_extra_run_that_fails_ends_the_trial_in_its_state(tmp_path):
+    class OomOnThirdCandidate(TableExecutor):
+        def run(self, spec, trial_dir, timeout_s):
+            if spec["kind"] == "trial" and len([s for s in self.specs if s["kind"] == "trial"]) == 7:
+                self.specs.append(spec)
+                return {"state": "oom", "reason": "out of memory: by table", "wall_s": 1.0}
+            return super().run(spec, trial_dir, timeout_s)
+
+    jitter = [1.0, 1.03, 0.97] + [1.0, 1.0, 1.0, 1.2] + [1.0] * 4
+    executor = OomOnThirdCandidate({("padding", "padding_free"): 1.25}, jitter=jitter)
+    tuner, outcome = tune(tmp_path, executor, "max_trials=1")
+    record = outcome.records[1]
+    assert record["state"] == "oom" and record["decision"] == "discard"
+    assert record["reason"].startswith("an extra run ended oom: out of memory")
+    assert len(record["measurements"]) == 2  # the two complete candidate runs stay on the record
+
+
 def test_more_pairs_are_not_spent_where_they_could_not_decide(tmp_path):
     # The second incumbent run 25% fast: even four pairs at this spread would leave the interval inside
     # the floor, so it is decided on two.

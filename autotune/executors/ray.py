@@ -10,8 +10,8 @@ runtime environment (`py_modules`); the spec and the files it names (rows, model
 call, and the run's outputs come back into the driver's trial folder.
 
 A node lost mid-trial (its raylet or machine gone) ends that run as a `crash`; the slot is dropped and
-the tune goes on with the others. A GPU of the model that is free later (a slot stopped after a hang, a
-node that joins or comes back, a GPU other work let go) gets a new slot while the tune runs.
+the tune goes on with the others. A lost slot is replaced, while the tune runs, on a GPU of the model
+that is free again (the slot's own after a hang, or a node that joins or comes back).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ OUTPUT_FILES = ("stdout.txt", "stderr.txt", "result.json")
 OUTPUT_LIMIT = 1 << 20
 # How often the driver looks for GPUs of the model that have no slot (a GCS query each time).
 REPLENISH_EVERY_S = 2.0
+MAX_START_FAILURES = 3
 # Ray's errors that mean the slot's process or node went away, not that the trial failed on its own.
 LOST = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
         ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError, ray.exceptions.LocalRayletDiedError)
@@ -161,6 +162,7 @@ class Slot:
                     "placement": self.placement}
         except LOST as error:
             self.alive = False
+            ray.kill(self.actor)  # some of these leave the actor alive, holding its GPU and its trial
             return self._lost(f"it was lost mid-trial ({type(error).__name__}: {_first_line(error)})", started)
         except ray.exceptions.RayTaskError as error:
             return {"state": "crash", "reason": f"the slot on {self.label()} failed: {_first_line(error)}",
@@ -227,6 +229,8 @@ class RayExecutor:
         self._remote: Any = None
         self._pending: list[tuple[Any, Any]] = []  # (actor, its `where` call): slots waiting for a GPU
         self._looked = 0.0
+        self._began_with = 0
+        self._failed_starts = 0
 
     # -- the cluster ---------------------------------------------------------------------------
     def connect(self, gpu: str = "") -> None:
@@ -260,6 +264,7 @@ class RayExecutor:
         if not self._slots:
             raise AutotuneError(f"host=ray: no GPU of model {self.model} became free in the cluster at "
                                 f"{self.address} within {self.start_timeout_s:.0f}s")
+        self._began_with = len(self._slots)
         # A stable order, so the same cluster gives the same home slot.
         self._slots.sort(key=lambda s: (s.where["ip"], s.where["node"], s.where["gpu"]))
 
@@ -268,8 +273,11 @@ class RayExecutor:
         return [slot for slot in self._slots if slot.alive]
 
     def _replenish(self) -> None:
-        """Slots for GPUs of the model that have none, without waiting: a slot asked for is adopted once
-        Ray has placed it, on a later look. New slots go last, so the home slot stays the home slot."""
+        """A new slot for each lost one, on a GPU of the model that is free again, without waiting: a slot
+        asked for is adopted once Ray has placed it, on a later look. Never more slots than the tune
+        began with (GPUs that other work held then stay its own, and no standing demand reaches an
+        autoscaler); requests past what the cluster now has are withdrawn; a slot that keeps failing to
+        start is not asked for again. New slots go last, so the home slot stays the home slot."""
         if not self._connected or time.monotonic() - self._looked < REPLENISH_EVERY_S:
             return
         self._looked = time.monotonic()
@@ -281,13 +289,17 @@ class RayExecutor:
                 try:
                     self._slots.append(Slot(self, actor, ray.get(call)))
                 except ray.exceptions.RayError:
+                    self._failed_starts += 1
                     ray.kill(actor)
         try:
             gpus = int(cluster_models(ray.nodes()).get(self.model, 0))
         except ray.exceptions.RayError:
             return
         live = sum(1 for slot in self._slots if slot.alive)
-        for _ in range(gpus - live - len(self._pending)):
+        wanted = 0 if self._failed_starts >= MAX_START_FAILURES else max(0, min(self._began_with, gpus) - live)
+        while len(self._pending) > wanted:
+            ray.kill(self._pending.pop()[0])
+        for _ in range(wanted - len(self._pending)):
             actor = self._remote.remote(self.make_inner)
             self._pending.append((actor, actor.where.remote()))
 

@@ -87,7 +87,8 @@ def die_with_owner() -> None:
     tuner, a Ray actor killed with its node still up): nobody would read its result, and it would hold
     the GPU that the next trial on this device needs. A trial runs in its own session, so the owner's
     death reaches it by no signal; and a forked trial's parent is the fork server, not its owner, so the
-    owner names itself in the environment and is watched through a pidfd (no race with pid reuse)."""
+    owner names itself in the environment and is watched through a pidfd, which a pid reused later
+    cannot be mistaken for (the watch begins when the runner starts, after its imports)."""
     owner = os.environ.get(OWNER_ENV)
     if not owner or not hasattr(os, "pidfd_open"):
         return
