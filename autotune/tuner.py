@@ -423,8 +423,8 @@ class Tuner:
         """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
         could close it: the interval, narrowed as 1/sqrt(runs) by the pairs still allowed, would clear
         the floor. A change that looks like noise costs no more runs, and at most `extra_pairs`, so
-        waiting for a lucky draw cannot turn noise into a gain (the floor is a 95% quantile of A/A
-        offsets; a few more looks move the false-keep rate little)."""
+        waiting for a lucky draw cannot turn noise into a gain (`python -m bench.extra_pairs`: whole
+        simulated tunes, A/A false keeps per trial with and without them, the same seeds)."""
         added = 0
         while verdict.verdict == "no difference" and added < self.steps.extra_pairs and self._room_for(2):
             runs = min(len(results), len(fresh))
