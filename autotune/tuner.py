@@ -1,8 +1,8 @@
 """The loop: frame -> baseline -> one change at a time -> outputs.
 
 A change is kept only when it is faster than the incumbent beyond the noise floor on interleaved
-measurements (two pairs, up to two more while undecided and more could decide it), its per-row losses match the baseline's
-(parity), and, when it moved a memory knob, its worst-case batch fits the device.
+measurements (two pairs, up to two more while undecided and more could decide it), its per-row losses
+match the baseline's (parity), and, when it moved a memory knob, its worst-case batch fits the device.
 """
 
 from __future__ import annotations
@@ -404,8 +404,7 @@ class Tuner:
                           second["state"])
         if not fresh:
             return finish("discard", "the incumbent could not be measured again beside the candidate")
-        verdict = stats.compare([r["measurement"]["step_times_s"] for r in fresh],
-                                [r["measurement"]["step_times_s"] for r in results], rows, floor)
+        verdict = self._interleaved(fresh, results, floor)
         verdict = self._more_pairs(trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict)
         failed = results[-1]
         if failed["state"] != "complete":
@@ -443,10 +442,16 @@ class Tuner:
             results.append(candidate)
             fresh.append(again)
             incumbent.add(again["measurement"])
-            verdict = stats.compare([r["measurement"]["step_times_s"] for r in fresh],
-                                    [r["measurement"]["step_times_s"] for r in results], self.job.effective_batch,
-                                    floor)
+            verdict = self._interleaved(fresh, results, floor)
         return verdict
+
+    def _interleaved(self, incumbent_runs: list[dict[str, Any]], candidate_runs: list[dict[str, Any]],
+                     floor: float) -> stats.Comparison:
+        """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
+        would turn the machine's drift into a gain)."""
+        return stats.compare([r["measurement"]["step_times_s"] for r in incumbent_runs],
+                             [r["measurement"]["step_times_s"] for r in candidate_runs], self.job.effective_batch,
+                             floor)
 
     def _room_for(self, runs: int) -> bool:
         """Whether `runs` more measurements fit in the time budget. They build on the incumbent, so a
