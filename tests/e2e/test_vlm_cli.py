@@ -12,11 +12,11 @@ pytestmark = pytest.mark.slow
 
 
 def test_vlm_smoke_keeps_a_faster_config_that_trains_the_same_thing(tmp_path):
-    # Held to the padding knob and a smaller batch so that the test fits the suite's budget; the
-    # issue's full command (effective_batch=8, every knob) is what the README shows. Rows padded to
-    # max_len against packed rows (M-RoPE positions per row): the largest gain on this model, so the
-    # test does not hang on a CPU's noise.
-    done = autotune(tmp_path, "vlm", "model=tiny-qwen2-vl", "dataset=synthetic", "max_len=1024", "effective_batch=2",
+    # Held to the padding knob and one row per step so that the test fits the suite's budget; the
+    # issue's full command (effective_batch=8, every knob) is what the README shows. A row padded to
+    # max_len against the row alone (M-RoPE positions per row): x5 here, so the keep stands clear of
+    # a shared CI box's noise (a x1.6 gain at max_len=1024 once missed a 12.5% floor there).
+    done = autotune(tmp_path, "vlm", "model=tiny-qwen2-vl", "dataset=synthetic", "max_len=1536", "effective_batch=1",
                     "only=padding", "max_trials=1", "smoke", "time=150s")
     assert done.returncode == 0, done.stderr[-3000:]
     trials = records(tmp_path, "vlm")
@@ -24,7 +24,7 @@ def test_vlm_smoke_keeps_a_faster_config_that_trains_the_same_thing(tmp_path):
     assert kept and kept[0]["change"] in ("padding=padding_free", "padding=longest"), \
         [(t["change"], t["reason"]) for t in trials]
     assert all(t["parity"]["ok"] and t["parity"]["worst"] is not None for t in kept)
-    assert kept[0]["interval"][0] > 1
+    assert kept[0]["interval"][0] > 1.5  # measured x5.2 [3.2, 10.6] and x5.7 [3.2, 12.9] here
     frame = json.loads((tmp_path / "runs" / "vlm" / "frame.json").read_text())
     assert frame["model"]["model_type"] == "qwen2_vl" and frame["data"]["image_token_share"] > 0.3
     # MFU counts the vision tower: a positive reading below the device's measured peak.
