@@ -27,6 +27,14 @@ def kept_product(records: list[dict[str, Any]]) -> float:
     return product
 
 
+def card(placement: dict[str, Any] | None) -> str | None:
+    """One GPU of a cluster, from an executor's placement (node and device index); None for the one device
+    of a local or SSH run."""
+    if not placement:
+        return None
+    return f"{placement.get('node_id') or placement.get('node')}/{placement.get('gpu')}"
+
+
 @dataclass
 class Incumbent:
     knobs: Knobs
@@ -34,11 +42,19 @@ class Incumbent:
     trial: int
     runs: list[list[float]] = field(default_factory=list)  # step times of every run of this config
     profile: dict[str, Any] = field(default_factory=dict)  # its latest ceiling and time breakdown
+    cards: list[str | None] = field(default_factory=list)  # the GPU each run was on (None: the one device)
 
     def add(self, measurement: dict[str, Any]) -> None:
         self.samples.append(measurement["samples_per_s"])
         self.runs.append(measurement["step_times_s"])
+        self.cards.append(card(measurement.get("placement")))
         self.profile.update({k: measurement[k] for k in ("ceiling", "breakdown") if measurement.get(k)})
+
+    def runs_on(self, placement: dict[str, Any] | None) -> list[list[float]]:
+        """This config's runs on the card `placement` names: two cards of one model differ by several
+        percent, so a comparison uses one card's runs only. Runs with no placement share one device."""
+        where = card(placement)
+        return [run for run, on in zip(self.runs, self.cards) if on == where]
 
     @property
     def speed(self) -> float:

@@ -164,6 +164,8 @@ class Tuner:
             result = self.executor.run(self._spec("trial", knobs, trial, ceiling),
                                        self.folder.trial_dir(f"{trial:03d}-{self.runs:03d}-again"), timeout)
         self.placement = result.get("placement", self.placement)
+        if result["state"] == "complete" and result.get("placement"):
+            result["measurement"]["placement"] = result["placement"]  # which card: comparisons stay on one
         if result["state"] == "timeout" and by_budget:
             result["reason"] = f"stopped at the end of the time budget ({self.job.time_budget_s}s)"
             self.budget_spent = True
@@ -386,10 +388,13 @@ class Tuner:
         parity_result = self._parity(base, measurement, incumbent, knobs)
         if not parity_result["ok"]:
             return finish("discard", parity_result["reason"])
-        rows = self.job.effective_batch
-        verdict = stats.compare(incumbent.runs, [measurement["step_times_s"]], rows, floor)
-        if verdict.ratio <= 1 or verdict.verdict == "slower":
-            return finish("discard", f"not faster after one run: {verdict.reason}")
+        # The screen compares with the incumbent's runs on the candidate's card only; on a card with none
+        # yet (trials in parallel), the interleaved pairs below decide alone.
+        reference = incumbent.runs_on(measurement.get("placement"))
+        if reference:
+            verdict = stats.compare(reference, [measurement["step_times_s"]], self.job.effective_batch, floor)
+            if verdict.ratio <= 1 or verdict.verdict == "slower":
+                return finish("discard", f"not faster after one run: {verdict.reason}")
         # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
         # verdict uses only this trial's incumbent runs (older ones would turn drift into a gain).
         fresh = [self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)")]

@@ -34,8 +34,9 @@ DOOMED = "AUTOTUNE_TEST_DOOMED"  # set in the environment of a node that the cra
 
 
 class Table:
-    def __init__(self, start: dict[str, Any], sleep_s: float = 0.0, marker: str = "") -> None:
-        self.start, self.sleep_s, self.marker = start, sleep_s, marker
+    def __init__(self, start: dict[str, Any], sleep_s: float = 0.0, marker: str = "", card_speed: float = 1.0) -> None:
+        # card_speed: this device against the others (two cards of one model differ by several percent).
+        self.start, self.sleep_s, self.marker, self.card_speed = start, sleep_s, marker, card_speed
         self.seen: dict[str, int] = {}
 
     def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
@@ -52,7 +53,7 @@ class Table:
         time.sleep(self.sleep_s)
         knobs = spec["knobs"]
         changed = {(k, v) for k, v in knobs.items() if self.start[k] != v}
-        speed = 10.0
+        speed = 10.0 * self.card_speed
         for change in changed:
             speed *= FACTORS.get(change, 1.0)
         name = f"{trial}:{json.dumps(knobs, sort_keys=True)}:{spec['ceiling']}"
@@ -71,8 +72,8 @@ class Table:
 class TableSlot:
     """One fake GPU: its own table, one run at a time (as a Ray actor serialises its calls)."""
 
-    def __init__(self, start: dict[str, Any], number: int, sleep_s: float) -> None:
-        self.table, self.lock = Table(start, sleep_s), threading.Lock()
+    def __init__(self, start: dict[str, Any], number: int, sleep_s: float, card_speed: float = 1.0) -> None:
+        self.table, self.lock = Table(start, sleep_s, card_speed=card_speed), threading.Lock()
         self.where = {"ip": "10.0.0.1", "host": "fake", "gpu": str(number), "node": f"node{number}"}
         self.alive = True
 
@@ -86,8 +87,10 @@ class TableSlot:
 class TableSlots:
     """An executor with several fake GPUs: the parallel loop without a cluster."""
 
-    def __init__(self, start: dict[str, Any], count: int, sleep_s: float = 0.0) -> None:
-        self._slots = [TableSlot(start, i, sleep_s) for i in range(count)]
+    def __init__(self, start: dict[str, Any], count: int, sleep_s: float = 0.0,
+                 card_speeds: tuple[float, ...] = ()) -> None:
+        speeds = card_speeds or (1.0,) * count
+        self._slots = [TableSlot(start, i, sleep_s, speeds[i]) for i in range(count)]
 
     def slots(self) -> list[TableSlot]:
         return [s for s in self._slots if s.alive]

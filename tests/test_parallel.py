@@ -14,8 +14,21 @@ NOTHING_KEPT = "dataloader_num_workers,attn_implementation,optim"
 
 
 def facts(records: list[dict]) -> list[tuple]:
-    return [(r["trial"], r["change"], r["knobs"], r["state"], r["decision"], r["samples_per_s"], r["ratio"])
-            for r in records]
+    return [(r["trial"], r["change"], r["knobs"], r["state"], r["decision"]) for r in records]
+
+
+def same_figures(parallel: list[dict], serial: list[dict]) -> None:
+    """A trial measured on the same runs has the same figures; a ratio from interleaved pairs (this trial's
+    runs alone) is the same too. Only the one-run screen differs: it compares with the incumbent's runs on
+    the trial's card, and on a card with none yet it is not made, so the pairs decide with more runs."""
+    for ours, theirs in zip(parallel, serial):
+        runs = len(theirs["measurements"])
+        assert len(ours["measurements"]) >= runs, ours["trial"]
+        if len(ours["measurements"]) == runs:
+            assert ours["samples_per_s"] == theirs["samples_per_s"], ours["trial"]
+            assert runs == 1 or ours["ratio"] == theirs["ratio"], ours["trial"]
+        else:
+            assert theirs["reason"].startswith("not faster after one run"), theirs["reason"]
 
 
 def tune(root, executor, run, monkeypatch, *words):
@@ -34,6 +47,7 @@ def test_parallel_records_what_serial_records(tmp_path, monkeypatch):
     assert serial.best.knobs == parallel.best.knobs and serial.best.knobs.padding == "padding_free"
     # The same trials, decisions and figures: each trial's runs were on one slot, its seeds the serial ones.
     assert facts(parallel.records) == facts(serial.records)
+    same_figures(parallel.records, serial.records)
     on_disk = RunFolder(tmp_path / "parallel", "p").read_experiments()
     assert [r["trial"] for r in on_disk] == list(range(len(serial.records)))
     # Every trial ran on one slot (its placement), and the slots shared the work.
@@ -44,6 +58,23 @@ def test_parallel_records_what_serial_records(tmp_path, monkeypatch):
     assert len({r["placement"]["gpu"] for r in parallel.records[1:]}) > 1
     assert parallel.parallel["slots"] == 3 and parallel.parallel["replayed"] > 0
     assert not (tmp_path / "parallel" / "p" / "speculative").exists()
+
+
+def test_a_gain_tried_on_a_slower_card_is_judged_on_that_card_alone(tmp_path, monkeypatch):
+    # The second card runs at 0.7 of the first: against the baseline's runs on the first card, the x1.3
+    # batch change on it would look slower after one run and be screened out.
+    start = tiny_job().start.to_dict()
+    _, serial = tune(tmp_path / "serial", Table(start), "s", monkeypatch)
+    executor = TableSlots(start, 2, card_speeds=(1.0, 0.7))
+    _, parallel = tune(tmp_path / "parallel", executor, "p", monkeypatch)
+    assert facts(parallel.records) == facts(serial.records)
+    assert parallel.best.knobs == serial.best.knobs and parallel.best.knobs.per_device_train_batch_size == 2
+    slow = [r for r in parallel.records[1:] if r["placement"]["gpu"] == "1"]
+    assert any(r["decision"] == "keep" for r in slow), [(r["change"], r["reason"]) for r in slow]
+    for record in slow:
+        assert not record["reason"].startswith("not faster after one run") or any(
+            m["placement"]["gpu"] == "1" for r in parallel.records if r["trial"] < record["trial"]
+            for m in r["measurements"])
 
 
 def test_a_lost_slot_is_a_crash_and_the_tune_goes_on(tmp_path, monkeypatch):
