@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import shutil
 import socket
 import sys
@@ -84,12 +85,34 @@ def pick_model(models: dict[str, float], wanted: str, address: str) -> str:
     return next(iter(models))
 
 
+def slot_folder(base: Path) -> Path:
+    """A folder of its own for this slot under `base`, named after its process. Folders of slots whose
+    process is gone (an actor killed when its node was declared lost: no cleanup ran) are removed
+    first, so a node's disk does not fill over tunes."""
+    base.mkdir(parents=True, exist_ok=True)
+    for folder in base.iterdir():
+        pid = folder.name.partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 class _TrialSlot:
     """On a node: one GPU, trials one after another in fresh child processes."""
 
     def __init__(self, make_inner: Callable[[], Any]) -> None:
         self.inner = make_inner()
-        self.root = Path(tempfile.mkdtemp(prefix="autotune-ray-"))
+        self.root = slot_folder(Path(tempfile.gettempdir()) / "autotune-ray")
         self.run_dir = self.root / "run"
         self.bundle = ""  # the digest of the inputs unpacked in run_dir
 
@@ -99,7 +122,7 @@ class _TrialSlot:
 
         return {"node": context.get_node_id(), "host": socket.gethostname(),
                 "ip": ray.util.get_node_ip_address(), "gpu": ",".join(context.get_accelerator_ids().get("GPU", [])),
-                "package": str(Path(autotune.__file__).parent),
+                "package": str(Path(autotune.__file__).parent), "folder": str(self.root),
                 "shipped": [p for p in sys.path if "runtime_resources" in p and (Path(p) / "autotune" / "tuner.py").is_file()]}
 
     def run(self, spec: dict[str, Any], bundle: tuple[str, list[Any]] | None, name: str,

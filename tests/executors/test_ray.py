@@ -232,9 +232,23 @@ def test_a_slot_lost_on_a_live_node_is_replaced_once_its_gpu_is_free(cluster, tm
         assert executor.slots()[0] is home and len(executor.slots()) == 2
         new = executor.slots()[1]
         assert new.where["node"] == lost.where["node"] and new is not lost
+        # The killed actor ran no cleanup; the new slot on that node removed its folder.
+        assert not Path(lost.where["folder"]).exists() and Path(home.where["folder"]).exists()
         assert new.run(make_spec(tmp_path), tmp_path / "001-002", 30)["state"] == "complete"
     finally:
         executor.close()
+
+
+def test_a_slot_removes_the_folders_of_slots_whose_process_is_gone(tmp_path):
+    from autotune.executors.ray import slot_folder
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = tmp_path / f"{ended.stdout.strip()}-x1"
+    (gone / "run").mkdir(parents=True)
+    live = tmp_path / f"{os.getpid()}-x2"
+    live.mkdir()
+    mine = slot_folder(tmp_path)
+    assert not gone.exists() and live.exists() and mine.is_dir() and mine.name.startswith(f"{os.getpid()}-")
 
 
 def test_a_node_killed_mid_trial_is_a_crash_and_the_tune_finishes(cluster, tmp_path, monkeypatch):
