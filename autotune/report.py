@@ -98,7 +98,13 @@ def caveats(knobs: Knobs, vlm: str | None = None) -> list[str]:
     notes = []
     if knobs.padding == "padding_free" and vlm:
         notes.append(_packed_vlm_note(knobs, vlm))
-    if knobs.max_image_pixels:
+    if knobs.max_image_pixels and vlm == "idefics3":
+        notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with the processor's longest edge "
+                     "lowered to the largest whole number of tiles whose square holds that many pixels (at least one "
+                     "tile). TrainingArguments and `trl sft` have no such setting: pass it to your processor "
+                     "(`AutoProcessor.from_pretrained(model, size={\"longest_edge\": N * tile})`, tile 512 for SmolVLM, "
+                     "364 for Idefics3).")
+    elif knobs.max_image_pixels:
         notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with each image capped at that many "
                      "pixels before the processor. TrainingArguments and `trl sft` have no such setting: pass it to "
                      "your processor (Qwen2-VL: `AutoProcessor.from_pretrained(model, max_pixels=...)`).")

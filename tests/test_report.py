@@ -213,3 +213,6 @@ def test_vlm_settings_that_no_trainer_argument_holds_are_named_in_caveats():
     assert any("max_pixels" in note and "200704" in note for note in notes)
     assert any("requires_grad_(False)" in note for note in notes)
     assert caveats(Knobs()) == []
+    # Idefics3 / SmolVLM take the cap as a longest edge: the note names that setting instead.
+    tiled = caveats(Knobs(max_image_pixels=200704), vlm="idefics3")
+    assert len(tiled) == 1 and 'size={"longest_edge"' in tiled[0] and "max_pixels" not in tiled[0]

@@ -18,6 +18,7 @@ it needs torchvision for a video processor, as Qwen2-VL's does, the image proces
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,22 +27,23 @@ import torch
 # Idefics3's tile tags: its processor looks up a 6 x 6 grid of them.
 ROW_COL = tuple(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7))
 # Row-building families: the special tokens around an image, other tags inside an image's block
-# ("marks"), whether the image processor takes a pixel budget (a resolution limit), whether the model
-# needs per-token modality ids (M-RoPE), and whether images are split into tiles the tower sees apart.
+# ("marks"), how the image processor takes a resolution limit ("cap": a pixel budget, a longest edge, or
+# none), whether the model needs per-token modality ids (M-RoPE), and whether images are split into
+# tiles the tower sees apart.
 FAMILIES: dict[str, dict[str, Any]] = {
     "qwen2_vl": {"start": "<|vision_start|>", "image": "<|image_pad|>", "end": "<|vision_end|>",
-                 "extra": ("<|video_pad|>",), "marks": (), "resizable": True, "mm_token_type_ids": True,
+                 "extra": ("<|video_pad|>",), "marks": (), "cap": "pixels", "mm_token_type_ids": True,
                  "tiles": False},
     "qwen2_5_vl": {"start": "<|vision_start|>", "image": "<|image_pad|>", "end": "<|vision_end|>",
-                   "extra": ("<|video_pad|>",), "marks": (), "resizable": True, "mm_token_type_ids": True,
+                   "extra": ("<|video_pad|>",), "marks": (), "cap": "pixels", "mm_token_type_ids": True,
                    "tiles": False},
-    "llava": {"start": None, "image": "<image>", "end": None, "extra": (), "marks": (), "resizable": False,
+    "llava": {"start": None, "image": "<image>", "end": None, "extra": (), "marks": (), "cap": None,
               "mm_token_type_ids": False, "tiles": False},
-    # The tile grid is fixed by the processor's sizes (every image is scaled to its longest edge), so
-    # there is no pixel budget to cap.
+    # Every image is scaled to the processor's longest edge, then cut into tiles of one side: a pixel cap
+    # is a lower longest edge, in whole tiles (SmolVLM's documented `size={"longest_edge": N * 512}`).
     "idefics3": {"start": "<fake_token_around_image>", "image": "<image>", "end": None,
                  "extra": ("<global-img>", "<end_of_utterance>", *ROW_COL), "marks": ("<global-img>", *ROW_COL),
-                 "resizable": False, "mm_token_type_ids": False, "tiles": True},
+                 "cap": "edge", "mm_token_type_ids": False, "tiles": True},
 }
 # The in-memory tokenizer: 3 specials, 256 byte tokens, then the family's tokens from id 259 (the ids
 # the presets' configs name).
@@ -148,13 +150,19 @@ class Vision:
 
     @property
     def resizable(self) -> bool:
-        return FAMILIES[self.model_type]["resizable"]
+        return FAMILIES[self.model_type]["cap"] is not None
 
     def _size(self, max_pixels: int) -> dict[str, Any]:
-        # A processor with no pixel budget is never capped (the frame does not offer it the knob).
+        # A processor with no resolution limit is never capped (the frame does not offer it the knob).
         if not max_pixels or not self.resizable:
             return {}
         size = dict(self.image_processor.size)
+        if FAMILIES[self.model_type]["cap"] == "edge":
+            # The longest edge whose square holds `max_pixels`, in whole tiles, at least one tile, and
+            # never above the processor's own (rows were sized to that).
+            tile = int(self.image_processor.max_image_size["longest_edge"])
+            edge = max(tile, math.isqrt(int(max_pixels)) // tile * tile)
+            return {"size": {"longest_edge": min(edge, int(size["longest_edge"]))}}
         # A cap only lowers the processor's own limit, never raises it (rows were sized to that limit),
         # and its floor stays: a cap below it would be raised back anyway.
         cap = min(int(max_pixels), int(size.get("longest_edge") or max_pixels))
@@ -162,7 +170,10 @@ class Vision:
         return {"size": size}
 
     def _budget(self, max_pixels: int) -> dict[str, Any]:
-        """The same cap as the processor's token arithmetic reads it (min_pixels / max_pixels keys)."""
+        """The same cap as the processor's token arithmetic reads it (a pixel budget as min_pixels /
+        max_pixels keys, a longest edge as `size`)."""
+        if FAMILIES[self.model_type]["cap"] == "edge":
+            return self._size(max_pixels)
         size = self._size(max_pixels).get("size")
         return {"min_pixels": size["shortest_edge"], "max_pixels": size["longest_edge"]} if size else {}
 
@@ -232,9 +243,12 @@ class Vision:
         return {k: v for k, v in out.items() if torch.is_tensor(v)}
 
     def resize_row(self, row: list[int], sizes: list[tuple[int, int]], max_pixels: int) -> list[int]:
-        """The row with each image's run of image tokens set to what the capped resolution gives."""
+        """The row with each image's run of image tokens set to what the capped resolution gives (for a
+        tiling family, each image's whole block: its tile grid changes)."""
         if not max_pixels or not self.resizable:
             return row
+        if self.tiled:
+            return self._retile_row(row, sizes, max_pixels)
         image, out, k, i = self.ids["image"], [], 0, 0
         while i < len(row):
             if row[i] != image:
@@ -246,6 +260,21 @@ class Vision:
             out.extend([image] * self.count(*sizes[k], max_pixels))
             k += 1
         return out
+
+    def _retile_row(self, row: list[int], sizes: list[tuple[int, int]], max_pixels: int) -> list[int]:
+        # Rows were built with each image's uncapped block, whole (blocks are never cut): find each in
+        # turn and put the capped one in its place.
+        out, i = [], 0
+        for height, width in sizes:
+            old = self.image_block(height, width)
+            while row[i:i + len(old)] != old:
+                if i >= len(row):
+                    raise ValueError(f"an image block of {height}x{width} is not in the row")
+                out.append(row[i])
+                i += 1
+            out.extend(self.image_block(height, width, max_pixels))
+            i += len(old)
+        return out + row[i:]
 
     def extra_inputs(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-token modality ids (1 = image) where the model computes M-RoPE positions from them."""

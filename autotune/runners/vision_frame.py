@@ -24,9 +24,7 @@ def vlm_limits(job: dict[str, Any], model_type: str, resizable: bool, tower_trai
                    for name, knob in CATALOG.items() if knob.changes_training]
     elif not resizable:
         limits.append({"knob": "max_image_pixels", "silent": False,
-                       "reason": ("the idefics3 image processor cuts images into tiles of one fixed size, and a "
-                                  "pixel cap is not mapped to its tiling yet" if model_type == "idefics3" else
-                                  f"the {model_type} image processor has one fixed input size")})
+                       "reason": f"the {model_type} image processor has one fixed input size"})
     if tower_trains:
         limits.append({"knob": "freeze_vision_tower", "value": True, "silent": False,
                        "reason": "this method trains the vision tower: freezing it would train something else"})

@@ -121,3 +121,46 @@ def test_idefics3_rows_train_through_the_runner_in_micro_batches(tmp_path):
     assert len(losses["step1"]) == 4 and all(math.isfinite(x) and x > 0 for x in losses["step1"]), losses
     assert result["measurement"]["model_flops"] > 0 and result["measurement"]["mfu"] > 0
     assert result["measurement"]["ceiling"]["fits"] is True  # the worst case: the most tiles, at max_len
+    # A resolution cap (where the user allows one): at most 2 x 2 tiles, so fewer tokens in each step.
+    cap = Knobs(**{**knobs.to_dict(), "max_image_pixels": 112 * 112})
+    capped = run_runner(tmp_path, make_spec(tmp_path, job=job, knobs=cap, rows_needed=12, measure_steps=1, warmup_max=1,
+                                            peaks={"matmul_flops": {"fp32": 1e11}}), "capped")
+    assert capped["state"] == "complete", capped
+    assert sum(capped["measurement"]["real_tokens_per_step"]) < sum(result["measurement"]["real_tokens_per_step"])
+    from autotune.runners.vision_frame import vlm_limits
+
+    limits = vlm_limits({"allow_image_resize": True}, "idefics3", _vision().resizable, tower_trains=True)
+    assert "max_image_pixels" not in {limit["knob"] for limit in limits}
+
+
+@pytest.mark.parametrize("max_pixels,edge", [(112 * 112, 112), (130 * 130, 112), (40 * 40, 56), (10**7, 224)])
+def test_a_resolution_cap_gives_what_the_processor_writes_at_that_longest_edge(model, max_pixels, edge):
+    from transformers import Idefics3Processor
+
+    vision = _vision()
+    # The reference: transformers' own processor told the longest edge (SmolVLM's documented knob).
+    reference = Idefics3Processor(image_processor_for(CONFIG), byte_tokenizer(family_tokens("idefics3")),
+                                  image_seq_len=model.model.image_seq_len)
+    sizes = [(480, 640), (1000, 100)]
+    images = [_image(h, w, 40 * i) for i, (h, w) in enumerate(sizes)]
+    out = reference(images=[images], text=["ab<image>x<image>cd"], return_tensors="pt",
+                    images_kwargs={"size": {"longest_edge": edge}})
+    uncapped = vision.tokenizer("ab", add_special_tokens=False)["input_ids"] + vision.image_block(*sizes[0]) + \
+        vision.tokenizer("x", add_special_tokens=False)["input_ids"] + vision.image_block(*sizes[1]) + \
+        vision.tokenizer("cd", add_special_tokens=False)["input_ids"]
+    capped = vision.resize_row(uncapped, sizes, max_pixels)
+    assert capped == out["input_ids"][0].tolist()
+    # What the rows' lengths are sized by: each capped block, whole.
+    assert sum(vision.count(h, w, max_pixels) for h, w in sizes) == len(capped) - len(uncapped) + \
+        sum(vision.count(h, w) for h, w in sizes)
+    tensors = vision.tensors(images, max_pixels, per_row=[2])
+    assert torch.equal(tensors["pixel_values"], out["pixel_values"])
+    tiles = sum(len(vision.units(h, w, max_pixels)) for h, w in sizes)
+    assert tiles == int(out["pixel_attention_mask"].flatten(2).any(-1).sum())
+    assert capped.count(vision.ids["image"]) == tiles * model.model.image_seq_len
+    with torch.no_grad():
+        model(input_ids=torch.tensor([capped]), **tensors)  # the model takes the capped row as it is
+    if edge < 224:
+        assert len(capped) < len(uncapped)
+    else:
+        assert capped == uncapped
