@@ -36,6 +36,20 @@ PRESETS: dict[str, dict] = {
                           "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
         "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
     },
+    # A Qwen2.5-VL model: the same text model and token ids; its tower's first block attends within
+    # windows of 112 px (4 x 4 merged patches), its last over the whole image, as the real family
+    # alternates them (fullatt_block_indexes).
+    "tiny-qwen2.5-vl": {
+        "model_type": "qwen2_5_vl",
+        "text_config": {**{k: v for k, v in _TINY.items() if k != "vocab_size"}, "vocab_size": 512,
+                        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                            "mrope_section": [4, 6, 6]}},
+        "vision_config": {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
+                          "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2,
+                          "temporal_patch_size": 2, "window_size": 112, "fullatt_block_indexes": [1]},
+        "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
+    },
     # A LLaVA model: a two-layer CLIP vision tower at 224 px (256 image tokens per image) and a projector.
     "tiny-llava": {
         "model_type": "llava",
@@ -72,7 +86,7 @@ def is_vision_preset(name: str) -> bool:
 def preset_for_architecture(model_type: str | None) -> str:
     """The tiny preset closest to an architecture, for smoke runs whose config cannot be read."""
     if model_type and "qwen" in model_type and re.search(r"[-_]vl\b|[-_]vl[-_]", model_type):
-        return "tiny-qwen2-vl"
+        return "tiny-qwen2.5-vl" if re.search(r"qwen2[._]5", model_type) else "tiny-qwen2-vl"
     if model_type and "llava" in model_type:
         return "tiny-llava"
     # SmolVLM (v1) checkpoints are Idefics3; SmolVLM2 (model_type smolvlm) has rows not built yet, so its

@@ -6,7 +6,8 @@ CLIP: (side/patch)^2 patches plus a class token), or once per tile where the fam
 matmul per patch (a conv whose stride is its kernel). What maps features to the language model
 (Qwen2-VL's merger, LLaVA's projector, Idefics3's connector after its pixel shuffle) runs once per image
 token. Attention in the tower: 4·L·H·Q·p² forward per pass of p patches (all patches of an image, or
-of a tile, attend to each other, and to nothing else).
+of a tile, attend to each other, and to nothing else); Qwen2.5-VL's windowed blocks 4·H·Q·Σw² over
+the image's windows of w patches.
 
 Backward: the tower's backward runs only when something in it (or its projector) trains; a frozen
 tower under LoRA, or one run without autograd, costs its forward alone (2 per weight per patch), as
@@ -70,20 +71,29 @@ def vision_cost(model: torch.nn.Module, config: Any) -> dict[str, Any] | None:
     token = _weights(per_token, idle, (torch.nn.Linear,))
     # The patch embedding reads pixels, which need no gradient: forward and weight gradient only.
     embed = _weights([tower], idle | token_ids, (torch.nn.Conv2d, torch.nn.Conv3d))
+    # Qwen2.5-VL: blocks not in fullatt_block_indexes attend within windows of the image.
+    full = getattr(vision, "fullatt_block_indexes", None)
+    windowed = int(layers) - len(full) if getattr(vision, "window_size", None) and full is not None else 0
     # The tower's backward runs only if the tower itself trains: a trainable projector after a frozen
     # tower needs no gradient from it.
     return {"patch": patch, "token": token, "embed": embed, "attention": (int(layers), int(heads), int(width // heads)),
-            "trains": patch["trainable"] > 0, "modules": [tower, *per_token]}
+            "windowed": windowed, "trains": patch["trainable"] > 0, "modules": [tower, *per_token]}
 
 
-def image_flops(cost: dict[str, Any], images: Iterable[tuple[int, int]], gradient_checkpointing: bool) -> dict[str, float]:
+def image_flops(cost: dict[str, Any], images: Iterable[tuple[int, ...]],
+                gradient_checkpointing: bool) -> dict[str, float]:
     """FLOPs of the vision side over the tower's passes (an image, or a tile), each given as (patches in
-    the tower, image tokens it yields): {"model", "hardware"}."""
+    the tower, image tokens it yields[, the sum of its attention windows' lengths squared, where the
+    tower has windowed blocks]): {"model", "hardware"}."""
     layers, heads, head_dim = cost["attention"]
+    windowed = cost.get("windowed", 0)
     patches = tokens = squares = 0
-    for p, t in images:
-        patches, tokens, squares = patches + p, tokens + t, squares + p * p
-    attention_forward = 4.0 * layers * heads * head_dim * squares
+    for unit in images:
+        p, t = unit[0], unit[1]
+        window = unit[2] if len(unit) > 2 else p * p
+        patches, tokens = patches + p, tokens + t
+        squares += (layers - windowed) * p * p + windowed * window
+    attention_forward = 4.0 * heads * head_dim * squares
     if cost["trains"]:
         per = {name: 4.0 * cost[name]["frozen"] + 6.0 * cost[name]["trainable"] for name in ("patch", "token")}
         embed = 2.0 * cost["embed"]["frozen"] + 4.0 * cost["embed"]["trainable"]

@@ -204,11 +204,28 @@ class Vision:
         per tile when the family tiles (attention stays within a tile, so its cost goes with each tile's
         length squared)."""
         if not self.tiled:
-            return [(self.patches(height, width, max_pixels), self.count(height, width, max_pixels))]
+            unit = (self.patches(height, width, max_pixels), self.count(height, width, max_pixels))
+            windows = self._window_squares(height, width, max_pixels)
+            return [unit + (windows,) if windows is not None else unit]
         tiles, _, _ = self.image_processor.get_number_of_image_patches(height, width, self._budget(max_pixels))
         vision = self.config.vision_config
         # 0 tiles from the processor means the image was not split: it is one tile.
         return [((vision.image_size // vision.patch_size) ** 2, int(self.processor.image_seq_len))] * max(1, tiles)
+
+    def _window_squares(self, height: int, width: int, max_pixels: int) -> int | None:
+        """Qwen2.5-VL: the sum over one image's attention windows of their length squared (its windowed
+        blocks attend within windows), from the model's own window split; None for other families."""
+        if getattr(self.config.vision_config, "window_size", None) is None or not self.resizable:
+            return None
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+        from transformers.vision_utils import get_vision_window_index
+
+        vision, size = self.config.vision_config, self.image_processor.size
+        budget = {"min_pixels": size["shortest_edge"], "max_pixels": size["longest_edge"], **self._budget(max_pixels)}
+        h, w = smart_resize(height, width, vision.patch_size * vision.spatial_merge_size, **budget)
+        grid = torch.tensor([[1, h // vision.patch_size, w // vision.patch_size]])
+        _, bounds = get_vision_window_index(grid, vision.spatial_merge_size, vision.window_size, vision.patch_size)
+        return int((bounds.diff().long() ** 2).sum())
 
     def image_block(self, height: int, width: int, max_pixels: int = 0) -> list[int]:
         """One image's tokens in a row: what the processor writes for it, tokenized."""

@@ -30,6 +30,7 @@ def _image(height: int, width: int) -> Image.Image:
 
 
 @pytest.mark.parametrize("values,cls", [(PRESETS["tiny-qwen2-vl"], "Qwen2VLForConditionalGeneration"),
+                                        (PRESETS["tiny-qwen2.5-vl"], "Qwen2_5_VLForConditionalGeneration"),
                                         (PRESETS["tiny-llava"], "LlavaForConditionalGeneration"),
                                         (PRESETS["tiny-idefics3"], "Idefics3ForConditionalGeneration")])
 @pytest.mark.parametrize("method", ["sft", "lora"])
@@ -74,6 +75,7 @@ def test_a_local_folder_of_images_and_a_jsonl(tmp_path):
 
 
 @pytest.mark.parametrize("preset,sizes", [("tiny-qwen2-vl", [(224, 224), (480, 640), (336, 448), (1024, 768)]),
+                                          ("tiny-qwen2.5-vl", [(224, 224), (480, 640), (1024, 768)]),
                                           ("tiny-llava", [(224, 224), (480, 640)])])
 def test_image_tokens_are_what_the_processor_and_the_model_expand_to(preset, sizes):
     config, vision = _vision(preset)
@@ -177,3 +179,12 @@ def test_text_frames_keep_vision_knobs_silent(tmp_path, framed):
     frame = framed()
     assert {limit["knob"] for limit in frame["limits"]} == {"max_image_pixels", "freeze_vision_tower"}
     assert all(limit["silent"] for limit in frame["limits"])
+
+
+def test_hub_names_of_qwen_vl_families_smoke_as_their_own_preset():
+    from autotune.presets import preset_for_architecture
+
+    assert preset_for_architecture("qwen/qwen2.5-vl-7b-instruct") == preset_for_architecture("qwen2_5_vl") == \
+        "tiny-qwen2.5-vl"
+    assert preset_for_architecture("qwen/qwen2-vl-2b-instruct") == preset_for_architecture("qwen2_vl") == "tiny-qwen2-vl"
+    assert preset_for_architecture("qwen/qwen2.5-7b") == "tiny-qwen2"

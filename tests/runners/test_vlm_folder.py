@@ -21,10 +21,11 @@ from autotune.runners.vision import FAMILIES, byte_tokenizer, family_tokens, ima
 from tests.conftest import make_spec, run_runner
 
 # The max_len of the presets' own runner tests (LLaVA rows hold 256 image tokens each).
-MAX_LEN = {"tiny-qwen2-vl": 160, "tiny-llava": 300, "tiny-idefics3": 112}
+MAX_LEN = {"tiny-qwen2-vl": 160, "tiny-qwen2.5-vl": 160, "tiny-llava": 300, "tiny-idefics3": 112}
 ROWS = 12
 # What a user's text holds for one image (Qwen2-VL's chat template writes the start and end tokens around it).
 PLACEHOLDER = {"qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>", "llava": "<image>", "idefics3": "<image>"}
+PLACEHOLDER["qwen2_5_vl"] = PLACEHOLDER["qwen2_vl"]
 
 
 def _save_folder(preset: str, folder: Path) -> None:
@@ -34,7 +35,7 @@ def _save_folder(preset: str, folder: Path) -> None:
     config.save_pretrained(folder)
     image_processor = image_processor_for(config)
     tokenizer = byte_tokenizer(family_tokens(config.model_type))
-    if config.model_type == "qwen2_vl":
+    if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
         # A Qwen2-VL checkpoint (Qwen/Qwen2-VL-2B-Instruct) has no processor_config.json: its processor is
         # preprocessor_config.json plus the tokenizer files, saved here the same way. (Qwen2VLProcessor
         # cannot even be built without torchvision, which is not installed: its video processor needs it.)
@@ -65,7 +66,7 @@ def _reference_block(folder: Path, model_type: str, image) -> list[int]:
         # Qwen2-VL without torchvision: what its processor's __call__ does, from the image processor's own
         # output (each image placeholder becomes grid t*h*w / merge² image tokens), tokenized by the folder's
         # tokenizer.
-        assert model_type == "qwen2_vl"
+        assert model_type in ("qwen2_vl", "qwen2_5_vl")
         image_processor, tokenizer = AutoImageProcessor.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
         count = int(image_processor(images=[image], return_tensors="pt")["image_grid_thw"][0].prod())
         text = placeholder.replace(spec["image"], spec["image"] * (count // image_processor.merge_size ** 2))

@@ -20,7 +20,7 @@ from autotune.runners.vision_pack import pack_vision
 from tests.conftest import make_spec, run_runner
 
 # LLaVA rows hold 256 image tokens each: max_len leaves room for captions of different lengths.
-JOBS = {"tiny-llava": 300, "tiny-qwen2-vl": 160, "tiny-idefics3": 160}
+JOBS = {"tiny-llava": 300, "tiny-qwen2-vl": 160, "tiny-qwen2.5-vl": 160, "tiny-idefics3": 160}
 FP32 = parity.tolerance("fp32", "fp32")
 
 
@@ -59,11 +59,12 @@ def test_packed_vlm_rows_train_what_padded_rows_train_and_a_leak_is_caught(packe
     assert not verdict["ok"], verdict
 
 
-def test_packed_mrope_positions_are_the_models_own_per_row():
-    config = _config_from_dict(dict(PRESETS["tiny-qwen2-vl"]))
+@pytest.mark.parametrize("preset", ["tiny-qwen2-vl", "tiny-qwen2.5-vl"])
+def test_packed_mrope_positions_are_the_models_own_per_row(preset):
+    config = _config_from_dict(dict(PRESETS[preset]))
     vision = Vision(config.model_type, image_processor_for(config), byte_tokenizer(family_tokens(config.model_type)),
                     config)
-    model = build_model({"model": "tiny-qwen2-vl", "seed": 0}, dict(NAIVE_START, attn_implementation="sdpa"), "cpu",
+    model = build_model({"model": preset, "seed": 0}, dict(NAIVE_START, attn_implementation="sdpa"), "cpu",
                         config)
     sizes = [(224, 224), (336, 448), (480, 640)]
     rows = [[1] + vision.block(vision.count(h, w)) + list(range(40, 43 + 5 * i)) for i, (h, w) in enumerate(sizes)]
