@@ -72,6 +72,8 @@ PRESETS: dict[str, dict] = {
                           "num_attention_heads": 4, "image_size": 56, "patch_size": 14},
     },
 }
+# SmolVLM2 (model type smolvlm): the same tiles, tower and tokens under its own classes.
+PRESETS["tiny-smolvlm"] = {**PRESETS["tiny-idefics3"], "model_type": "smolvlm"}
 
 # What `smoke` shrinks any architecture to: same model_type, tiny dimensions.
 SMOKE_DIMENSIONS = {k: v for k, v in _TINY.items() if k != "vocab_size"}
@@ -89,10 +91,10 @@ def preset_for_architecture(model_type: str | None) -> str:
         return "tiny-qwen2.5-vl" if re.search(r"qwen2[._]5", model_type) else "tiny-qwen2-vl"
     if model_type and "llava" in model_type:
         return "tiny-llava"
-    # SmolVLM (v1) checkpoints are Idefics3; SmolVLM2 (model_type smolvlm) has rows not built yet, so its
-    # smoke must not pass where its real run would stop.
-    if model_type and ("idefics3" in model_type or ("smolvlm" in model_type and "smolvlm2" not in model_type
-                                                     and model_type != "smolvlm")):
+    # SmolVLM (v1) checkpoints are Idefics3; SmolVLM2's (model type smolvlm) have classes of their own.
+    if model_type and ("smolvlm2" in model_type or model_type == "smolvlm"):
+        return "tiny-smolvlm"
+    if model_type and ("idefics3" in model_type or "smolvlm" in model_type):
         return "tiny-idefics3"
     if model_type and "qwen" in model_type:
         return "tiny-qwen2"

@@ -98,7 +98,7 @@ def caveats(knobs: Knobs, vlm: str | None = None) -> list[str]:
     notes = []
     if knobs.padding == "padding_free" and vlm:
         notes.append(_packed_vlm_note(knobs, vlm))
-    if knobs.max_image_pixels and vlm == "idefics3":
+    if knobs.max_image_pixels and vlm in ("idefics3", "smolvlm"):
         notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with the processor's longest edge "
                      "lowered to the largest whole number of tiles whose square holds that many pixels (at least one "
                      "tile). TrainingArguments and `trl sft` have no such setting: pass it to your processor "

@@ -4,16 +4,18 @@ A VLM row is token ids in which each image stands as a block of image tokens (Qw
 `<|vision_start|>`, `<|image_pad|>` x n, `<|vision_end|>`; LLaVA: `<image>` x n), followed by the
 caption. n is what the model's processor expands an image to, so that the vision tower's features
 and the image tokens match one to one. Idefics3 (SmolVLM checkpoints of model type idefics3 too)
-splits an image into tiles plus a downscaled global view; its block is what its processor writes for
-that tile grid (`<fake_token_around_image>`, `<row_r_col_c>` or `<global-img>`, `<image>` x
-image_seq_len per tile, newlines between tile rows), taken from the processor, not re-derived. The
+and SmolVLM2 (model type smolvlm, the same image layout) split an image into tiles plus a downscaled
+global view; its block is what its processor writes for that tile grid (`<fake_token_around_image>`,
+`<row_r_col_c>` or `<global-img>`, `<image>` x image_seq_len per tile, newlines between tile rows),
+taken from the processor, not re-derived. The
 image tensors themselves are made by the image processor at collate time, as a real VLM collator does,
 so the processor's cost is part of every measured step.
 
 Presets build their processor from parts, with no download: the family's image processor with its
 defaults, and a byte-level tokenizer built in memory holding the family's special tokens at the ids
 the preset's config names (259 up). Hub and local models load theirs with `AutoProcessor` (or, where
-it needs torchvision for a video processor, as Qwen2-VL's does, the image processor and tokenizer alone).
+it needs torchvision for a video processor, as Qwen2-VL's and SmolVLM2's do, the image processor and
+tokenizer alone).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ FAMILIES: dict[str, dict[str, Any]] = {
                  "extra": ("<global-img>", "<end_of_utterance>", *ROW_COL), "marks": ("<global-img>", *ROW_COL),
                  "cap": "edge", "mm_token_type_ids": False, "tiles": True},
 }
+# SmolVLM2 writes an image's block as Idefics3 does (its processor's get_image_prompt_string).
+FAMILIES["smolvlm"] = dict(FAMILIES["idefics3"])
 # The in-memory tokenizer: 3 specials, 256 byte tokens, then the family's tokens from id 259 (the ids
 # the presets' configs name).
 BYTE_OFFSET = 3
@@ -85,13 +89,37 @@ def byte_tokenizer(special: list[str]) -> Any:
 
 
 def tile_processor(config: Any, image_processor: Any, tokenizer: Any) -> Any:
-    """Idefics3's processor from parts: its block layout and token count are the reference."""
-    from transformers import Idefics3Processor
-
+    """The tiling family's block writer from parts: Idefics3's processor, or SmolVLM2's own block function
+    (its processor also needs a video processor and num2words, which images do not)."""
     vision = config.vision_config
     # The model's own arithmetic (Idefics3Model.image_seq_len): patches per tile over the pixel shuffle.
     seq_len = int(((vision.image_size // vision.patch_size) ** 2) / (config.scale_factor ** 2))
+    if config.model_type == "smolvlm":
+        spec = FAMILIES["smolvlm"]
+        # A hub tokenizer may name its image tags itself; SmolVLMProcessor reads them from it so.
+        return SmolVLMBlocks(seq_len, getattr(tokenizer, "fake_image_token", None) or spec["start"],
+                             getattr(tokenizer, "image_token", None) or spec["image"],
+                             getattr(tokenizer, "global_image_token", None) or "<global-img>")
+    from transformers import Idefics3Processor
+
     return Idefics3Processor(image_processor, tokenizer, image_seq_len=seq_len)
+
+
+@dataclass(frozen=True)
+class SmolVLMBlocks:
+    """What SmolVLMProcessor writes for an image of a tile grid, by its own module's function."""
+
+    image_seq_len: int
+    around: str
+    image: str
+    global_view: str
+
+    def replace_image_token(self, image_inputs: dict[str, Any], image_idx: int) -> str:
+        from transformers.models.smolvlm.processing_smolvlm import get_image_prompt_string
+
+        rows = [r for group in image_inputs["rows"] for r in group][image_idx]
+        cols = [c for group in image_inputs["cols"] for c in group][image_idx]
+        return get_image_prompt_string(rows, cols, self.image_seq_len, self.around, self.image, self.global_view)
 
 
 def image_processor_for(config: Any) -> Any:
@@ -103,12 +131,13 @@ def image_processor_for(config: Any) -> Any:
         vision = config.vision_config
         return Qwen2VLImageProcessorPil(patch_size=vision.patch_size, merge_size=vision.spatial_merge_size,
                                         temporal_patch_size=vision.temporal_patch_size)
-    if config.model_type == "idefics3":
-        from transformers import Idefics3ImageProcessorPil
+    if config.model_type in ("idefics3", "smolvlm"):
+        from transformers import Idefics3ImageProcessorPil, SmolVLMImageProcessorPil
 
         side = config.vision_config.image_size
         # The family's own ratio: images up to 4 tiles a side (Idefics3-8B 364/1456, SmolVLM 512/2048).
-        return Idefics3ImageProcessorPil(max_image_size={"longest_edge": side}, size={"longest_edge": 4 * side})
+        kind = SmolVLMImageProcessorPil if config.model_type == "smolvlm" else Idefics3ImageProcessorPil
+        return kind(max_image_size={"longest_edge": side}, size={"longest_edge": 4 * side})
     from transformers import CLIPImageProcessorPil
 
     side = config.vision_config.image_size
@@ -178,7 +207,10 @@ class Vision:
         return {"min_pixels": size["shortest_edge"], "max_pixels": size["longest_edge"]} if size else {}
 
     def count(self, height: int, width: int, max_pixels: int = 0) -> int:
-        """Image tokens one image of this size expands to, as the processor expands it."""
+        """Image tokens one image of this size expands to, as the processor expands it (a tiling family:
+        its whole block, tags and newlines included)."""
+        if self.tiled:
+            return len(self.image_block(height, width, max_pixels))
         if self.processor is not None and hasattr(self.processor, "_get_num_multimodal_tokens"):
             data = self.processor._get_num_multimodal_tokens(image_sizes=[(height, width)],
                                                                images_kwargs=self._budget(max_pixels))

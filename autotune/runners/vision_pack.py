@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 # How a packable family's positions are made: "1d" (the collate's) or "mrope" (get_rope_index per row).
-PACKED_POSITIONS: dict[str, str] = {"llava": "1d", "idefics3": "1d", "qwen2_vl": "mrope", "qwen2_5_vl": "mrope"}
+PACKED_POSITIONS: dict[str, str] = {"llava": "1d", "idefics3": "1d", "smolvlm": "1d", "qwen2_vl": "mrope",
+                                     "qwen2_5_vl": "mrope"}
 
 
 def packable(model_type: str) -> bool:

@@ -43,7 +43,8 @@ def _counted(model, batch) -> int:
                                                 ("tiny-qwen2.5-vl", "lora", (480, 640)),
                                                 ("tiny-llava", "sft", (224, 224)), ("tiny-llava", "lora", (224, 224)),
                                                 ("tiny-idefics3", "sft", (480, 640)),
-                                                ("tiny-idefics3", "lora", (224, 224))])
+                                                ("tiny-idefics3", "lora", (224, 224)),
+                                                ("tiny-smolvlm", "sft", (480, 640))])
 def test_vlm_step_flops_match_flop_counter(preset, method, size):
     config, model, vision, batch, units = _setup(preset, method, size)
     cost = vision_cost(model, config)

@@ -32,7 +32,8 @@ def _image(height: int, width: int) -> Image.Image:
 @pytest.mark.parametrize("values,cls", [(PRESETS["tiny-qwen2-vl"], "Qwen2VLForConditionalGeneration"),
                                         (PRESETS["tiny-qwen2.5-vl"], "Qwen2_5_VLForConditionalGeneration"),
                                         (PRESETS["tiny-llava"], "LlavaForConditionalGeneration"),
-                                        (PRESETS["tiny-idefics3"], "Idefics3ForConditionalGeneration")])
+                                        (PRESETS["tiny-idefics3"], "Idefics3ForConditionalGeneration"),
+                                        (PRESETS["tiny-smolvlm"], "SmolVLMForConditionalGeneration")])
 @pytest.mark.parametrize("method", ["sft", "lora"])
 def test_each_family_loads_from_a_config_through_the_image_text_class(values, cls, method):
     config = _config_from_dict(dict(values))

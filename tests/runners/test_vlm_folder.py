@@ -21,11 +21,11 @@ from autotune.runners.vision import FAMILIES, byte_tokenizer, family_tokens, ima
 from tests.conftest import make_spec, run_runner
 
 # The max_len of the presets' own runner tests (LLaVA rows hold 256 image tokens each).
-MAX_LEN = {"tiny-qwen2-vl": 160, "tiny-qwen2.5-vl": 160, "tiny-llava": 300, "tiny-idefics3": 112}
+MAX_LEN = {"tiny-qwen2-vl": 160, "tiny-qwen2.5-vl": 160, "tiny-llava": 300, "tiny-idefics3": 112, "tiny-smolvlm": 112}
 ROWS = 12
 # What a user's text holds for one image (Qwen2-VL's chat template writes the start and end tokens around it).
 PLACEHOLDER = {"qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>", "llava": "<image>", "idefics3": "<image>"}
-PLACEHOLDER["qwen2_5_vl"] = PLACEHOLDER["qwen2_vl"]
+PLACEHOLDER.update(qwen2_5_vl=PLACEHOLDER["qwen2_vl"], smolvlm="<image>")
 
 
 def _save_folder(preset: str, folder: Path) -> None:
@@ -35,10 +35,11 @@ def _save_folder(preset: str, folder: Path) -> None:
     config.save_pretrained(folder)
     image_processor = image_processor_for(config)
     tokenizer = byte_tokenizer(family_tokens(config.model_type))
-    if config.model_type in ("qwen2_vl", "qwen2_5_vl"):
+    if config.model_type in ("qwen2_vl", "qwen2_5_vl", "smolvlm"):
         # A Qwen2-VL checkpoint (Qwen/Qwen2-VL-2B-Instruct) has no processor_config.json: its processor is
-        # preprocessor_config.json plus the tokenizer files, saved here the same way. (Qwen2VLProcessor
-        # cannot even be built without torchvision, which is not installed: its video processor needs it.)
+        # preprocessor_config.json plus the tokenizer files, saved here the same way. (Qwen2VLProcessor and
+        # SmolVLMProcessor cannot even be built without torchvision, which is not installed: their video
+        # processors need it.)
         image_processor.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
         return
@@ -66,8 +67,19 @@ def _reference_block(folder: Path, model_type: str, image) -> list[int]:
         # Qwen2-VL without torchvision: what its processor's __call__ does, from the image processor's own
         # output (each image placeholder becomes grid t*h*w / merge² image tokens), tokenized by the folder's
         # tokenizer.
-        assert model_type in ("qwen2_vl", "qwen2_5_vl")
+        assert model_type in ("qwen2_vl", "qwen2_5_vl", "smolvlm")
         image_processor, tokenizer = AutoImageProcessor.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+        if model_type == "smolvlm":
+            # SmolVLM2: its processor's own block function, for the grid its image processor reports.
+            from transformers.models.smolvlm.processing_smolvlm import get_image_prompt_string
+
+            out = image_processor(images=[[image]], return_row_col_info=True)
+            config = json.loads((folder / "config.json").read_text())
+            seq_len = (config["vision_config"]["image_size"] // config["vision_config"]["patch_size"]) ** 2 // \
+                config["scale_factor"] ** 2
+            text = get_image_prompt_string(out["rows"][0][0], out["cols"][0][0], seq_len, spec["start"], spec["image"],
+                                           "<global-img>")
+            return tokenizer(text, add_special_tokens=False)["input_ids"]
         count = int(image_processor(images=[image], return_tensors="pt")["image_grid_thw"][0].prod())
         text = placeholder.replace(spec["image"], spec["image"] * (count // image_processor.merge_size ** 2))
         return tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -20,7 +20,7 @@ from autotune.runners.vision_pack import pack_vision
 from tests.conftest import make_spec, run_runner
 
 # LLaVA rows hold 256 image tokens each: max_len leaves room for captions of different lengths.
-JOBS = {"tiny-llava": 300, "tiny-qwen2-vl": 160, "tiny-qwen2.5-vl": 160, "tiny-idefics3": 160}
+JOBS = {"tiny-llava": 300, "tiny-qwen2-vl": 160, "tiny-qwen2.5-vl": 160, "tiny-idefics3": 160, "tiny-smolvlm": 160}
 FP32 = parity.tolerance("fp32", "fp32")
 
 
@@ -93,6 +93,7 @@ def test_padding_free_is_a_limit_only_where_packing_is_not_checked():
     def packing(model_type: str) -> list[dict]:
         return [limit for limit in vlm_limits({}, model_type, True, False) if limit["knob"] == "padding"]
 
-    assert packing("llava") == packing("idefics3") == packing("qwen2_vl") == packing("qwen2_5_vl") == []
+    assert packing("llava") == packing("idefics3") == packing("smolvlm") == packing("qwen2_vl") == \
+        packing("qwen2_5_vl") == []
     limit, = packing("some_new_vlm")
     assert limit["value"] == "padding_free" and not limit["silent"] and "some_new_vlm" in limit["reason"]
