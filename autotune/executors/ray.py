@@ -16,11 +16,13 @@ that is free again (the slot's own after a hang, or a node that joins or comes b
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import os
 import shutil
 import socket
+import stat
 import sys
 import tarfile
 import tempfile
@@ -49,6 +51,8 @@ OUTPUT_FILES = ("stdout.txt", "stderr.txt", "result.json")
 OUTPUT_LIMIT = 1 << 20
 # How often the driver looks for GPUs of the model that have no slot (a GCS query each time).
 REPLENISH_EVERY_S = 2.0
+# Held by a slot for its lifetime inside its folder: a folder whose lock is free was left by a dead slot.
+LOCK = ".slot.lock"
 MAX_START_FAILURES = 3
 # Ray's errors that mean the slot's process or node went away, not that the trial failed on its own.
 LOST = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
@@ -85,25 +89,40 @@ def pick_model(models: dict[str, float], wanted: str, address: str) -> str:
     return next(iter(models))
 
 
-def slot_folder(base: Path) -> Path:
-    """A folder of its own for this slot under `base`, named after its process. Folders of slots whose
-    process is gone (an actor killed when its node was declared lost: no cleanup ran) are removed
-    first, so a node's disk does not fill over tunes."""
-    base.mkdir(parents=True, exist_ok=True)
-    for folder in base.iterdir():
-        pid = folder.name.partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base))
+def slot_folder(base: Path) -> tuple[Path, int]:
+    """A folder of its own for this slot under `base` (this user's, 0700), and the descriptor of the lock
+    it holds on it for its lifetime. Folders whose lock is free belong to slots that are gone (an actor
+    killed when its node was declared lost runs no cleanup, and the kernel drops its lock): they are
+    removed first, so a node's disk does not fill over tunes. A lock, not a pid: pids are reused and
+    differ across the process namespaces of containers that share /tmp."""
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(base)
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid():
+        # Not ours to sweep (made by someone else, or a link): a plain temporary folder instead.
+        base = Path(tempfile.gettempdir())
+    else:
+        os.chmod(base, 0o700)  # made before this rule, or under another umask
+        for folder in base.iterdir():
+            if _abandoned(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+    root = Path(tempfile.mkdtemp(prefix="slot-", dir=base))
+    lock = os.open(root / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    return root, lock
 
 
-def _alive(pid: int) -> bool:
+def _abandoned(folder: Path) -> bool:
+    """Whether a slot folder's lock is free: its slot is gone. A folder without a lock is being made."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        lock = os.open(folder / LOCK, os.O_RDWR)
+    except OSError:
         return False
-    except PermissionError:
-        return True  # another user's process
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(lock)
     return True
 
 
@@ -112,7 +131,7 @@ class _TrialSlot:
 
     def __init__(self, make_inner: Callable[[], Any]) -> None:
         self.inner = make_inner()
-        self.root = slot_folder(Path(tempfile.gettempdir()) / "autotune-ray")
+        self.root, self.lock = slot_folder(Path(tempfile.gettempdir()) / f"autotune-ray-{os.getuid()}")
         self.run_dir = self.root / "run"
         self.bundle = ""  # the digest of the inputs unpacked in run_dir
 
@@ -150,6 +169,7 @@ class _TrialSlot:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+        os.close(self.lock)
 
 
 class Slot:

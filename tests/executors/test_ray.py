@@ -239,16 +239,32 @@ def test_a_slot_lost_on_a_live_node_is_replaced_once_its_gpu_is_free(cluster, tm
         executor.close()
 
 
-def test_a_slot_removes_the_folders_of_slots_whose_process_is_gone(tmp_path):
-    from autotune.executors.ray import slot_folder
+def test_a_slot_removes_the_folders_of_slots_that_are_gone(tmp_path):
+    import fcntl
 
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    gone = tmp_path / f"{ended.stdout.strip()}-x1"
+    from autotune.executors.ray import LOCK, slot_folder
+
+    gone = tmp_path / "base" / "slot-gone"
     (gone / "run").mkdir(parents=True)
-    live = tmp_path / f"{os.getpid()}-x2"
-    live.mkdir()
-    mine = slot_folder(tmp_path)
-    assert not gone.exists() and live.exists() and mine.is_dir() and mine.name.startswith(f"{os.getpid()}-")
+    (gone / LOCK).touch()  # its slot died: nothing holds the lock
+    live, lock = slot_folder(tmp_path / "base")
+    making = tmp_path / "base" / "slot-new"  # a slot between making its folder and taking its lock
+    making.mkdir()
+    mine, own = slot_folder(tmp_path / "base")
+    assert not gone.exists() and live.is_dir() and making.is_dir() and mine.is_dir() and mine != live
+    with open(live / LOCK) as held, pytest.raises(BlockingIOError):
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held by its slot for as long as the slot lives
+    os.close(lock)
+    slot_folder(tmp_path / "base")
+    assert not live.exists() and mine.is_dir()
+    assert (tmp_path / "base").stat().st_mode & 0o777 == 0o700
+    # A base that is not this user's own folder (here a link) is never swept: a plain temporary folder.
+    (tmp_path / "link").symlink_to(tmp_path / "base")
+    elsewhere, other = slot_folder(tmp_path / "link")
+    assert elsewhere.parent == Path(tempfile.gettempdir()) and mine.is_dir()
+    for descriptor in (own, other):
+        os.close(descriptor)
+    shutil.rmtree(elsewhere)
 
 
 def test_a_node_killed_mid_trial_is_a_crash_and_the_tune_finishes(cluster, tmp_path, monkeypatch):
