@@ -44,10 +44,12 @@ class Incumbent:
     profile: dict[str, Any] = field(default_factory=dict)  # its latest ceiling and time breakdown
     cards: list[str | None] = field(default_factory=list)  # the GPU each run was on (None: the one device)
 
-    def add(self, measurement: dict[str, Any]) -> None:
+    def add(self, measurement: dict[str, Any], placement: dict[str, Any] | None = None) -> None:
+        """One run of this config; `placement`: its trial's, for a measurement that does not carry its own
+        (records made before measurements did, or a knowledge base's copy). A trial's runs share one card."""
         self.samples.append(measurement["samples_per_s"])
         self.runs.append(measurement["step_times_s"])
-        self.cards.append(card(measurement.get("placement")))
+        self.cards.append(card(measurement.get("placement") or placement))
         self.profile.update({k: measurement[k] for k in ("ceiling", "breakdown") if measurement.get(k)})
 
     def runs_on(self, placement: dict[str, Any] | None) -> list[list[float]]:

@@ -9,8 +9,9 @@ When the committed state differs from the speculated one (a kept change moved th
 earlier commit changed what the screen sees), the replay finds a run it does not hold and measures it
 then, on the tape's slot, so every run of one trial, and so every keep decision's interleaved pairs,
 is on one GPU. The one-run screen, too, compares only with the incumbent's runs on the trial's card
-(`Incumbent.runs_on`); on a card that has none yet, the interleaved pairs decide alone, so no decision
-ever rests on two cards of one model, which differ by several percent. Tapes made for an incumbent
+(`Incumbent.runs_on`); on a card that has none yet, the incumbent's first paired run is measured before
+the screen's verdict, so no decision ever rests on two cards of one model, which differ by several
+percent. Tapes made for an incumbent
 that is no longer the incumbent are thrown away. A slot lost before a trial's first run leaves nothing on its
 tape, and the commit measures that whole trial on a live slot. Records, beliefs, the state file and
 the report are written by the driver alone, at commit, in trial order.

@@ -99,7 +99,7 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
     frame = tuner.complete_frame({k: v for k, v in frame.items() if k != "schema_version"}, base)
     incumbent = Incumbent(tuner.job.start, [], 0)
     for measurement in baseline["measurements"]:
-        incumbent.add(measurement)
+        incumbent.add(measurement, baseline.get("placement"))
     tuner.measured.add(key(tuner.job.start))
     for record in records[1:]:
         knobs = Knobs.from_dict(record["knobs"])
@@ -112,7 +112,7 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
         if record["decision"] == "keep":
             kept = Incumbent(knobs, [], record["trial"], profile=dict(incumbent.profile))
             for measurement in record["measurements"]:
-                kept.add(measurement)
+                kept.add(measurement, record.get("placement"))
             incumbent = kept
     return frame, incumbent, base, float(baseline["noise_floor"] or 0.0), records[-1]["trial"]
 

@@ -388,16 +388,24 @@ class Tuner:
         parity_result = self._parity(base, measurement, incumbent, knobs)
         if not parity_result["ok"]:
             return finish("discard", parity_result["reason"])
-        # The screen compares with the incumbent's runs on the candidate's card only; on a card with none
-        # yet (trials in parallel), the interleaved pairs below decide alone.
+        # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
+        # verdict uses only this trial's incumbent runs (older ones would turn drift into a gain). The
+        # screen compares with the incumbent's runs on the candidate's card only; on a card with none yet
+        # (trials in parallel), the incumbent's first paired run comes before the screen and is its reference.
+        fresh = []
         reference = incumbent.runs_on(measurement.get("placement"))
+        if not reference:
+            fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
+            reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
         if reference:
             verdict = stats.compare(reference, [measurement["step_times_s"]], self.job.effective_batch, floor)
             if verdict.ratio <= 1 or verdict.verdict == "slower":
+                for result in fresh:
+                    if result["state"] == "complete":
+                        incumbent.add(result["measurement"])  # a reference on this card for the next trials
                 return finish("discard", f"not faster after one run: {verdict.reason}")
-        # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
-        # verdict uses only this trial's incumbent runs (older ones would turn drift into a gain).
-        fresh = [self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)")]
+        if not fresh:
+            fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
         results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
         fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
         fresh = [r for r in fresh if r["state"] == "complete"]
@@ -512,7 +520,7 @@ class Tuner:
             return incumbent
         kept = Incumbent(knobs, [], record["trial"], profile=dict(incumbent.profile))
         for measurement in measurements:
-            kept.add(measurement)
+            kept.add(measurement, record.get("placement"))
         return kept
 
     def _learn(self, record: dict[str, Any], incumbent: Knobs, hypothesis: Hypothesis | None,

@@ -20,7 +20,7 @@ from .store import Store
 # Fields of a measurement worth keeping in the knowledge base (the run folder keeps everything).
 _KEPT = ("samples_per_s", "tokens_per_s", "step_times_s", "median_step_s", "mfu", "hfu", "peak_memory",
          "ceiling", "breakdown", "real_tokens_per_step", "model_flops", "hardware_flops", "device",
-         "parity_losses", "model", "data")
+         "parity_losses", "model", "data", "placement")
 
 
 def new_run_id(run: str) -> str:
