@@ -279,6 +279,16 @@ def _llm_lines(calls: list[dict[str, Any]], job: Job) -> list[str]:
     return lines
 
 
+def _other_card(outcome: Any) -> str:
+    """Where the best config's speed was measured, when that is not the baseline's GPU: the two speeds are
+    then two cards', and only the speed-up (same-card ratios) compares them."""
+    best = next((r for r in outcome.records if r["trial"] == outcome.best.trial), None)
+    here, there = (outcome.records[0].get("placement"), best.get("placement")) if best else (None, None)
+    if not here or not there or _where(here) == _where(there):
+        return ""
+    return f", on {_where(there)}; the baseline on {_where(here)}"
+
+
 def _where(placement: dict[str, Any] | None) -> str:
     """A record's node and GPU: `address/node-id GPU n` (several nodes may share one address)."""
     if not placement:
@@ -317,8 +327,9 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
         lines += [f"- {line}" for line in outcome.frame["script"]]
     lines += ["", "## Result", "",
               f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.2%})",
-              f"- best: {best:.3f} samples/s (trial {outcome.best.trial}), **x{outcome.speedup:.2f}** the baseline "
-              "by the chain of interleaved comparisons of the kept changes" + _chain_interval(outcome.records),
+              f"- best: {best:.3f} samples/s (trial {outcome.best.trial}{_other_card(outcome)}), "
+              f"**x{outcome.speedup:.2f}** the baseline by the chain of interleaved comparisons of the kept changes"
+              + _chain_interval(outcome.records),
               f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s"]
     lines += _parallel_lines(getattr(outcome, "parallel", None), outcome.records) + ["", "## Plots", ""]
     from .plots import write_plots

@@ -73,6 +73,12 @@ def test_a_gain_tried_on_a_slower_card_is_judged_on_that_card_alone(tmp_path, mo
     kept = next(r for r in slow if r["decision"] == "keep")
     twin = next(r for r in serial.records if r["trial"] == kept["trial"])
     assert kept["ratio"] == pytest.approx(twin["ratio"]) and kept["samples_per_s"] == pytest.approx(0.7 * twin["samples_per_s"])
+    # The report says so when the best config's speed and the baseline's come from two cards.
+    from autotune.report import _other_card
+
+    assert parallel.best.trial == kept["trial"]
+    assert _other_card(parallel) == ", on 10.0.0.1 GPU 1; the baseline on 10.0.0.1 GPU 0"
+    assert _other_card(serial) == ""
 
 
 def test_a_lost_slot_is_a_crash_and_the_tune_goes_on(tmp_path, monkeypatch):
