@@ -33,6 +33,10 @@ class Knob:
     changes_training: bool = False
 
 
+# The one resolution cap tried, where the user allows one: 256 Qwen2-VL image tokens' worth of pixels
+# (a longest edge of 448 px for a square image; for a tiling family, whole tiles within that).
+IMAGE_PIXEL_CAP = 256 * 28 * 28
+
 CATALOG: dict[str, Knob] = {k.name: k for k in (
     Knob("per_device_train_batch_size", "int", affects_memory=True,
          help="rows per micro-batch; accumulation makes up the rest of effective_batch"),

@@ -100,10 +100,10 @@ def caveats(knobs: Knobs, vlm: str | None = None) -> list[str]:
         notes.append(_packed_vlm_note(knobs, vlm))
     if knobs.max_image_pixels and vlm in ("idefics3", "smolvlm"):
         notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with the processor's longest edge "
-                     "lowered to the largest whole number of tiles whose square holds that many pixels (at least one "
-                     "tile). TrainingArguments and `trl sft` have no such setting: pass it to your processor "
-                     "(`AutoProcessor.from_pretrained(model, size={\"longest_edge\": N * tile})`, tile 512 for SmolVLM, "
-                     "364 for Idefics3).")
+                     "lowered to k tiles: k the largest whole number (at least 1) with (k x tile)^2 within that many "
+                     "pixels, the tile your processor's `max_image_size[\"longest_edge\"]`. TrainingArguments and "
+                     "`trl sft` have no such setting: pass it to your processor (`AutoProcessor.from_pretrained(model, "
+                     "size={\"longest_edge\": k * tile})`).")
     elif knobs.max_image_pixels:
         notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with each image capped at that many "
                      "pixels before the processor. TrainingArguments and `trl sft` have no such setting: pass it to "

@@ -215,4 +215,4 @@ def test_vlm_settings_that_no_trainer_argument_holds_are_named_in_caveats():
     assert caveats(Knobs()) == []
     # Idefics3 / SmolVLM take the cap as a longest edge: the note names that setting instead.
     tiled = caveats(Knobs(max_image_pixels=200704), vlm="idefics3")
-    assert len(tiled) == 1 and 'size={"longest_edge"' in tiled[0] and "max_pixels" not in tiled[0]
+    assert len(tiled) == 1 and 'size={"longest_edge": k * tile}' in tiled[0] and "max_pixels" not in tiled[0]

@@ -73,7 +73,8 @@ def vision_cost(model: torch.nn.Module, config: Any) -> dict[str, Any] | None:
     embed = _weights([tower], idle | token_ids, (torch.nn.Conv2d, torch.nn.Conv3d))
     # Qwen2.5-VL: blocks not in fullatt_block_indexes attend within windows of the image.
     full = getattr(vision, "fullatt_block_indexes", None)
-    windowed = int(layers) - len(full) if getattr(vision, "window_size", None) and full is not None else 0
+    windowed = (sum(i not in full for i in range(int(layers)))
+                if getattr(vision, "window_size", None) is not None and full is not None else 0)
     # The tower's backward runs only if the tower itself trains: a trainable projector after a frozen
     # tower needs no gradient from it.
     return {"patch": patch, "token": token, "embed": embed, "attention": (int(layers), int(heads), int(width // heads)),

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from ..kb.claims import Claim, change_value
-from ..knobs import CATALOG, Knobs, divisors, not_applicable
+from ..knobs import CATALOG, IMAGE_PIXEL_CAP, Knobs, divisors, not_applicable
 
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     ("padding", ("padding_free", "longest")),
@@ -40,9 +40,8 @@ CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     # Both ways: a user who starts with checkpointing or compile on should learn what they cost.
     ("gradient_checkpointing", (False, True)),
     ("torch_compile", (False, True)),
-    # Image-text models only (features say so): a resolution cap where the user allowed one (256 Qwen2-VL
-    # tokens' worth of pixels), and a vision tower run without autograd where nothing in it trains.
-    ("max_image_pixels", (256 * 28 * 28, 0)),
+    # Image-text models only (features say so): a resolution cap where the user allowed one, and a vision tower run without autograd where nothing in it trains.
+    ("max_image_pixels", (IMAGE_PIXEL_CAP, 0)),
     ("freeze_vision_tower", (True, False)),
 )
 

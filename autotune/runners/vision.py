@@ -95,11 +95,10 @@ def tile_processor(config: Any, image_processor: Any, tokenizer: Any) -> Any:
     # The model's own arithmetic (Idefics3Model.image_seq_len): patches per tile over the pixel shuffle.
     seq_len = int(((vision.image_size // vision.patch_size) ** 2) / (config.scale_factor ** 2))
     if config.model_type == "smolvlm":
+        # The family's tag names (SmolVLM2's tokenizers use these): the same ones `block_ids` keeps out of
+        # the loss targets.
         spec = FAMILIES["smolvlm"]
-        # A hub tokenizer may name its image tags itself; SmolVLMProcessor reads them from it so.
-        return SmolVLMBlocks(seq_len, getattr(tokenizer, "fake_image_token", None) or spec["start"],
-                             getattr(tokenizer, "image_token", None) or spec["image"],
-                             getattr(tokenizer, "global_image_token", None) or "<global-img>")
+        return SmolVLMBlocks(seq_len, spec["start"], spec["image"], "<global-img>")
     from transformers import Idefics3Processor
 
     return Idefics3Processor(image_processor, tokenizer, image_seq_len=seq_len)
@@ -197,6 +196,11 @@ class Vision:
         cap = min(int(max_pixels), int(size.get("longest_edge") or max_pixels))
         size["longest_edge"] = max(cap, int(size.get("shortest_edge") or 0))
         return {"size": size}
+
+    def caps(self, max_pixels: int) -> bool:
+        """Whether this cap lowers the processor's own limit (else a capped trial measures the same thing)."""
+        size = self._size(max_pixels).get("size")
+        return bool(size) and int(size["longest_edge"]) < int(self.image_processor.size["longest_edge"])
 
     def _budget(self, max_pixels: int) -> dict[str, Any]:
         """The same cap as the processor's token arithmetic reads it (a pixel budget as min_pixels /

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..knobs import CATALOG
+from ..knobs import CATALOG, IMAGE_PIXEL_CAP
 
 
 def text_limits() -> list[dict[str, Any]]:
@@ -14,7 +14,9 @@ def text_limits() -> list[dict[str, Any]]:
             for name, knob in CATALOG.items() if knob.vision]
 
 
-def vlm_limits(job: dict[str, Any], model_type: str, resizable: bool, tower_trains: bool) -> list[dict[str, Any]]:
+def vlm_limits(job: dict[str, Any], model_type: str, resizable: bool, tower_trains: bool,
+               caps_nothing: bool = False) -> list[dict[str, Any]]:
+    """`caps_nothing`: the cap the ranking tries leaves this processor's own limit as it is."""
     from .vision_pack import packing_limit
 
     limits = packing_limit(model_type)
@@ -25,6 +27,10 @@ def vlm_limits(job: dict[str, Any], model_type: str, resizable: bool, tower_trai
     elif not resizable:
         limits.append({"knob": "max_image_pixels", "silent": False,
                        "reason": f"the {model_type} image processor has one fixed input size"})
+    elif caps_nothing:
+        limits.append({"knob": "max_image_pixels", "value": IMAGE_PIXEL_CAP, "silent": False,
+                       "reason": f"the {model_type} image processor's own limit is already within "
+                                 f"{IMAGE_PIXEL_CAP} pixels: the cap would measure the same config"})
     if tower_trains:
         limits.append({"knob": "freeze_vision_tower", "value": True, "silent": False,
                        "reason": "this method trains the vision tower: freezing it would train something else"})
@@ -67,7 +73,8 @@ def frame_vlm(spec: dict[str, Any], job: dict[str, Any], config: Any, model: Any
             "p50_image_tokens": sorted(image_tokens)[len(image_tokens) // 2],
             "rows_skipped_share": round(skipped / (skipped + len(built)), 4)}
     trains = any(p.requires_grad for p in tower.parameters())
-    return {"data": data, "limits": vlm_limits(job, config.model_type, vision.resizable, trains)}
+    return {"data": data, "limits": vlm_limits(job, config.model_type, vision.resizable, trains,
+                                               vision.resizable and not vision.caps(IMAGE_PIXEL_CAP))}
 
 
 def vision_rows(job: dict[str, Any], knobs: dict[str, Any], config: Any, stored: dict[str, Any],
