@@ -13,6 +13,15 @@ _TINY = dict(
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
 )
 
+# The Qwen VL presets' language model (M-RoPE sections over the tiny head size) and token ids, which
+# follow runners/vision.py's in-memory tokenizer (259 up).
+_QWEN_VL_TEXT = {
+    "text_config": {**{k: v for k, v in _TINY.items() if k != "vocab_size"}, "vocab_size": 512,
+                    "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
+                    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}},
+    "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
+}
+
 PRESETS: dict[str, dict] = {
     "tiny-llama": {"model_type": "llama", **_TINY},
     "tiny-qwen2": {"model_type": "qwen2", **_TINY, "tie_word_embeddings": True},
@@ -25,30 +34,20 @@ PRESETS: dict[str, dict] = {
         "rms_norm_eps": 1e-6,
     },
     # A Qwen2-VL image-text model: the tiny text model above behind a two-block vision tower (patch 14,
-    # 2x2 merge, as the real family). Token ids follow runners/vision.py's in-memory tokenizer (259 up).
+    # 2x2 merge, as the real family).
     "tiny-qwen2-vl": {
-        "model_type": "qwen2_vl",
-        "text_config": {**{k: v for k, v in _TINY.items() if k != "vocab_size"}, "vocab_size": 512,
-                        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
-                        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
-                                            "mrope_section": [4, 6, 6]}},
+        "model_type": "qwen2_vl", **_QWEN_VL_TEXT,
         "vision_config": {"depth": 2, "embed_dim": 64, "hidden_size": 128, "num_heads": 2, "mlp_ratio": 2,
                           "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2},
-        "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
     },
-    # A Qwen2.5-VL model: the same text model and token ids; its tower's first block attends within
+    # A Qwen2.5-VL model: its tower's first block attends within
     # windows of 112 px (4 x 4 merged patches), its last over the whole image, as the real family
     # alternates them (fullatt_block_indexes).
     "tiny-qwen2.5-vl": {
-        "model_type": "qwen2_5_vl",
-        "text_config": {**{k: v for k, v in _TINY.items() if k != "vocab_size"}, "vocab_size": 512,
-                        "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
-                        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
-                                            "mrope_section": [4, 6, 6]}},
+        "model_type": "qwen2_5_vl", **_QWEN_VL_TEXT,
         "vision_config": {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
                           "out_hidden_size": 128, "patch_size": 14, "spatial_merge_size": 2,
                           "temporal_patch_size": 2, "window_size": 112, "fullatt_block_indexes": [1]},
-        "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
     },
     # A LLaVA model: a two-layer CLIP vision tower at 224 px (256 image tokens per image) and a projector.
     "tiny-llava": {
