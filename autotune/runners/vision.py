@@ -296,25 +296,10 @@ class Vision:
         return {k: v for k, v in out.items() if torch.is_tensor(v)}
 
     def resize_row(self, row: list[int], sizes: list[tuple[int, int]], max_pixels: int) -> list[int]:
-        """The row with each image's run of image tokens set to what the capped resolution gives (for a
-        tiling family, each image's whole block: its tile grid changes)."""
+        """The row with each image's block set to what the capped resolution gives (more or fewer image
+        tokens; for a tiling family, another tile grid)."""
         if not max_pixels or not self.resizable:
             return row
-        if self.tiled:
-            return self._retile_row(row, sizes, max_pixels)
-        image, out, k, i = self.ids["image"], [], 0, 0
-        while i < len(row):
-            if row[i] != image:
-                out.append(row[i])
-                i += 1
-                continue
-            while i < len(row) and row[i] == image:
-                i += 1
-            out.extend([image] * self.count(*sizes[k], max_pixels))
-            k += 1
-        return out
-
-    def _retile_row(self, row: list[int], sizes: list[tuple[int, int]], max_pixels: int) -> list[int]:
         # Rows were built with each image's uncapped block, whole (blocks are never cut): find each in
         # turn and put the capped one in its place.
         out, i = [], 0

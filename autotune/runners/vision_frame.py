@@ -74,7 +74,7 @@ def frame_vlm(spec: dict[str, Any], job: dict[str, Any], config: Any, model: Any
             "rows_skipped_share": round(skipped / (skipped + len(built)), 4)}
     trains = any(p.requires_grad for p in tower.parameters())
     return {"data": data, "limits": vlm_limits(job, config.model_type, vision.resizable, trains,
-                                               vision.resizable and not vision.caps(IMAGE_PIXEL_CAP))}
+                                               not vision.caps(IMAGE_PIXEL_CAP))}
 
 
 def vision_rows(job: dict[str, Any], knobs: dict[str, Any], config: Any, stored: dict[str, Any],
