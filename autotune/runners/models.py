@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from ..presets import PRESETS, SMOKE_DIMENSIONS, is_vision_preset, preset_for_architecture
+from ..trl_args import LORA_SETTINGS as LORA
 from .data import ByteTokenizer
 
 # Large vocabularies dominate a tiny smoke model's time and memory; smoke keeps the architecture,
 # not the vocabulary.
 SMOKE_VOCAB = 2048
-LORA = dict(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear")
 
 
 def _config_from_dict(values: dict[str, Any]):

@@ -1,0 +1,87 @@
+"""Knobs in the names the installed TRL / transformers / peft take.
+
+One mapping serves the trials (which train inside `trl.SFTTrainer`) and the files handed over, so
+what is exported is what was measured. Names are checked against the installed `SFTConfig`'s
+fields, not one version's: transformers 5.23 renamed `gradient_checkpointing` to
+`activation_checkpointing`, and 5.2 replaced `group_by_length` by `train_sampling_strategy`.
+A knob's identity in autotune (and in knowledge bases) stays its catalog name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Mapping
+
+# The adapter every LoRA trial trains; exported as it is, so `trl sft` trains the same one
+# (its own defaults are dropout 0.05 on q_proj/v_proj only).
+LORA_SETTINGS: dict[str, Any] = {"r": 16, "lora_alpha": 32, "lora_dropout": 0.0, "target_modules": "all-linear"}
+
+
+@functools.lru_cache(maxsize=1)
+def sft_fields() -> frozenset[str]:
+    """The field names of the installed `trl.SFTConfig` (imports trl: call where it is installed)."""
+    from trl import SFTConfig
+
+    return frozenset(field.name for field in dataclasses.fields(SFTConfig))
+
+
+def checkpointing_name(fields: frozenset[str]) -> str:
+    return "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+
+
+def sampling_fields(group_by_length: bool, fields: frozenset[str], otherwise: str = "random") -> dict[str, Any]:
+    """Length grouping by the installed name; `otherwise` is the strategy when it is off (trials
+    use "sequential" so every trial sees the frame's rows in the frame's order)."""
+    if "train_sampling_strategy" in fields:
+        return {"train_sampling_strategy": "group_by_length" if group_by_length else otherwise}
+    return {"group_by_length": group_by_length}
+
+
+def knob_fields(knobs: Mapping[str, Any], max_len: int, effective_batch: int, *, cpu: bool = False,
+                sampling: str = "random", fields: frozenset[str] | None = None) -> dict[str, Any]:
+    """The `SFTConfig` keyword arguments that set these knobs, every one explicit: TRL defaults to
+    bf16 and checkpointing on, and transformers pins memory by default, so an omitted False would
+    train something else than what was measured.
+
+    `cpu`: the config runs on a CPU (`use_cpu`, which bf16 there needs). Padding-free passes
+    `max_length=None`: TRL (>= 1.0) refuses padding_free without packing when it is set, and the
+    rows are truncated to max_len before they reach the trainer.
+    """
+    fields = sft_fields() if fields is None else fields
+    micro = int(knobs["per_device_train_batch_size"])
+    args: dict[str, Any] = {"per_device_train_batch_size": micro,
+                            "gradient_accumulation_steps": effective_batch // micro}
+    precision = knobs["precision"]
+    for name in ("bf16", "fp16", "tf32"):
+        args[name] = precision == name
+    args[checkpointing_name(fields)] = bool(knobs["gradient_checkpointing"])
+    args["torch_compile"] = bool(knobs["torch_compile"])
+    args["dataloader_num_workers"] = int(knobs["dataloader_num_workers"])
+    args["dataloader_pin_memory"] = bool(knobs["dataloader_pin_memory"])
+    args["optim"] = knobs["optim"]
+    args.update(sampling_fields(bool(knobs["group_by_length"]), fields, sampling))
+    padding = knobs["padding"]
+    args["padding_free"] = padding == "padding_free"
+    args["max_length"] = None if padding == "padding_free" else max_len
+    args["pad_to_multiple_of"] = max_len if padding == "max_length" else None
+    if cpu:
+        args["use_cpu"] = True
+    unknown = sorted(set(args) - fields)
+    if unknown:
+        from .errors import AutotuneError
+
+        raise AutotuneError(f"the installed trl.SFTConfig has no field {', '.join(unknown)}: "
+                            "install trl >= 1.16 (pip install -e .)")
+    return args
+
+
+def model_init_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """`from_pretrained` arguments (SFTConfig's `model_init_kwargs`). Trials load fp32 master weights
+    (mixed precision is autocast); transformers' own default ("auto") would load bf16 weights."""
+    return {"attn_implementation": knobs["attn_implementation"], "dtype": "float32"}
+
+
+def lora_kwargs() -> dict[str, Any]:
+    """`peft.LoraConfig` arguments of the adapter the trials trained."""
+    return {"task_type": "CAUSAL_LM", **LORA_SETTINGS}
