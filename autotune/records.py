@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError, RecordError
-from .io import write_json_atomic
+from .io import append_line, write_json_atomic
 from .schemas import validate
 
 
@@ -76,12 +76,8 @@ class RunFolder:
 
 
 def _append_line(path: Path, schema: str, record: dict[str, Any]) -> None:
-    """One validated line; written with one write() on an O_APPEND file, then fsync'd."""
+    """One validated line, appended whole or not at all (a full disk leaves the file as it was)."""
     validate(schema, record, str(path))
-    line = (json.dumps(record) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    run = path.parent.name
+    append_line(path, (json.dumps(record) + "\n").encode(),
+                f"free space and run `autotune tune {run} resume` (the trials recorded so far are kept)")

@@ -52,6 +52,7 @@ from tinydb import TinyDB, where
 from tinydb.storages import Storage
 
 from ..errors import RecordError
+from ..io import DiskError, write_all
 
 # table name -> schema file (without .json) in autotune/schemas/
 TABLES: dict[str, str] = {
@@ -62,6 +63,8 @@ TABLES: dict[str, str] = {
 }
 SUFFIX = ".jsonl"
 LOCK_FILE = ".store.lock"
+DISK_HINT = ("free space and run the command again; nothing of this write was kept (a tune goes on with "
+             "`autotune tune RUN resume`)")
 MARK_EVERY = 256  # newly checked lines before the checked-prefix cache is brought up to date
 
 
@@ -248,7 +251,10 @@ class Store:
                      for i, record in zip(ids, checked)]
             data = b"".join(lines)
             created = not state.path.exists()
-            fd = os.open(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fd = os.open(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as error:
+                raise DiskError(state.path, error, DISK_HINT) from None
             try:
                 start = os.fstat(fd).st_size
                 if start != state.offset:
@@ -257,16 +263,8 @@ class Store:
                         f"expected): something writes to it without the lock; nothing was written"))
                 if created:
                     _fsync_dir(self.folder)
-                try:
-                    written = 0
-                    while written < len(data):
-                        written += os.write(fd, data[written:])
-                    os.fsync(fd)
-                except BaseException:
-                    # A failed append (disk full, an interrupt) takes its partial lines back with it.
-                    os.ftruncate(fd, start)
-                    os.fsync(fd)
-                    raise
+                # A failed append (disk full, an interrupt) takes its partial lines back with it.
+                write_all(fd, data, state.path, start, DISK_HINT)
                 stat = os.fstat(fd)
             finally:
                 os.close(fd)
