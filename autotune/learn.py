@@ -116,6 +116,31 @@ class Memory:
                                   changes=tuple((k, getattr(incumbent, k), v) for k, v in hypothesis.changes),
                                   features=features, ratio=record["ratio"], outcome=outcome,
                                   claims=hypothesis.claims, run=self.run_id)
+        return self._apply(observation)
+
+    def relearn(self, trial: dict[str, Any]) -> list[dict[str, Any]]:
+        """Apply the evidence of a trial the knowledge base holds (`trials` record) if the beliefs never
+        got it: the tuner was killed between writing the trial and applying what it says. Nothing when
+        any history event already carries its evidence, so a second resume applies nothing again."""
+        hypothesis, outcome = trial.get("hypothesis"), outcome_of(trial)
+        if not hypothesis or outcome is None or (trial["state"] == "replayed" and not trial.get("replayed_from")):
+            return []  # nothing to learn, or a replay recorded before replays named their source
+        names = [part.split("=", 1)[0] for part in str(hypothesis.get("change") or "").split("+")]
+        if len(names) > 1 and hypothesis.get("source") in ("warm_start", "pooled"):
+            return []  # as in `learn`: a combined change says nothing about its parts
+        experiment = trial.get("replayed_from") or trial["experiment"]
+        self.beliefs = Beliefs(self.store)
+        if any((event.get("evidence") or {}).get("experiment") == experiment for event in self.beliefs.history()):
+            return []
+        mine, incumbent = trial["knobs"], trial["incumbent_knobs"]
+        if not all(name in mine and name in incumbent for name in names):
+            return []  # a record this version cannot read as a change of knobs
+        observation = Observation(experiment=experiment, changes=tuple((k, incumbent[k], mine[k]) for k in names),
+                                  features=trial.get("features") or {}, ratio=trial["ratio"], outcome=outcome,
+                                  claims=tuple(hypothesis.get("claims") or ()), run=self.run_id)
+        return self._apply(observation)
+
+    def _apply(self, observation: Observation) -> list[dict[str, Any]]:
         events = self.beliefs.apply(observe(self.beliefs.claims(active_only=False), observation), run=self.run_id)
         return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
 

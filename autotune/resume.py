@@ -54,7 +54,7 @@ def record_from_kb(trial: dict[str, Any]) -> dict[str, Any]:
         "incumbent_samples_per_s": trial.get("incumbent_samples_per_s"), "noise_floor": trial.get("noise_floor"),
         "parity": trial.get("parity"), "ceiling": measurements[0].get("ceiling") if measurements else None,
         "stderr_tail": None, "wall_s": trial.get("wall_s") or 0.0, "hypothesis": trial.get("hypothesis"),
-        "beliefs": [], "replayed_from": None,
+        "beliefs": [], "replayed_from": trial.get("replayed_from"),
     }
 
 
@@ -76,6 +76,8 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
     for orphan in sorted(tuner.memory.experience.trials(tuner.memory.run_id), key=lambda t: t["trial"]):
         if orphan["trial"] not in done:
             record = record_from_kb(orphan)
+            # Killed after the trial's record, before the beliefs took its evidence: applied now, once.
+            record["beliefs"] = tuner.memory.relearn(orphan)
             folder.append_experiment(record)
             records.append(record)
             done.add(orphan["trial"])

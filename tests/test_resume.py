@@ -121,3 +121,56 @@ def test_review_writes_the_outputs_again_and_resume_of_a_finished_run_says_so(tm
     assert "nothing to resume" in capsys.readouterr().err
     assert main(["tune", "--runs-dir", str(tmp_path), "nothing", "review"]) == 2
     assert main(["tune", "--runs-dir", str(tmp_path), "done", "resume", "max_trials=3"]) == 2
+
+
+def evidence_events(kb) -> list[tuple]:
+    """(op, claim, trial) of every history event carrying a trial's evidence, run ids left out."""
+    from autotune.kb.beliefs import Beliefs
+
+    return sorted((e["op"], e["claim"], e["evidence"]["experiment"].rsplit("#", 1)[1])
+                  for e in Beliefs(Store(kb)).history() if e.get("evidence"))
+
+
+def test_a_kill_between_the_trial_record_and_its_belief_update_loses_no_evidence(tmp_path, monkeypatch):
+    from autotune.kb.beliefs import Beliefs
+
+    finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), f"kb={tmp_path / 'ref-kb'}")
+    reference = evidence_events(tmp_path / "ref-kb")
+    assert any(trial == "2" for _, _, trial in reference)        # trial 2 does teach something
+    job = tiny_job("max_trials=6", run="r")
+    original = Beliefs.apply
+
+    def dies_applying_trial_2(self, updates, run=""):
+        updates = list(updates)
+        if any(u.evidence and u.evidence.experiment.endswith("#2") for u in updates):
+            raise KeyboardInterrupt("killed after the trial's record, before its evidence")
+        return original(self, updates, run)
+
+    monkeypatch.setattr(Beliefs, "apply", dies_applying_trial_2)
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(job, TableExecutor(FACTORS), tmp_path).run()
+    monkeypatch.setattr(Beliefs, "apply", original)
+    assert Experience(Store(kb_folder())).trials()[-1]["trial"] == 2    # the knowledge base holds trial 2
+    assert not any(trial == "2" for _, _, trial in evidence_events(kb_folder()))
+    Tuner(job, TableExecutor(FACTORS), tmp_path).run(resume=True)
+    assert evidence_events(kb_folder()) == reference                     # every update, each once
+    records = RunFolder(tmp_path, "r").read_experiments()
+    assert records[2]["beliefs"] and [r["trial"] for r in records] == list(range(7))
+
+
+def test_evidence_applied_before_the_kill_is_not_applied_again_on_resume(tmp_path, monkeypatch):
+    finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), f"kb={tmp_path / 'ref-kb'}")
+    job = tiny_job("max_trials=6", run="r")
+    original = RunFolder.append_experiment
+
+    def dies_on_trial_2(self, record):
+        if record["trial"] == 2:
+            raise KeyboardInterrupt("killed after both knowledge-base writes")
+        original(self, record)
+
+    monkeypatch.setattr(RunFolder, "append_experiment", dies_on_trial_2)
+    with pytest.raises(KeyboardInterrupt):
+        Tuner(job, TableExecutor(FACTORS), tmp_path).run()
+    monkeypatch.setattr(RunFolder, "append_experiment", original)
+    Tuner(job, TableExecutor(FACTORS), tmp_path).run(resume=True)
+    assert evidence_events(kb_folder()) == evidence_events(tmp_path / "ref-kb")

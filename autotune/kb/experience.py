@@ -51,7 +51,7 @@ class Experience:
             "incumbent_samples_per_s": record.get("incumbent_samples_per_s"),
             "noise_floor": record.get("noise_floor"), "parity": record.get("parity"),
             "measurements": [_slim(m) for m in record.get("measurements", [])], "hypothesis": hypothesis,
-            "wall_s": record.get("wall_s"),
+            "wall_s": record.get("wall_s"), "replayed_from": record.get("replayed_from"),
         }
         return self.store.append("trials", trial)
 
