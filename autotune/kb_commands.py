@@ -1,7 +1,8 @@
 """`autotune kb ...`: look into the knowledge base, draw it, share it, prune it.
 
 list, show, history, graph, runs read; export writes a file; import and prune append (the store is
-append-only: nothing already written is ever rewritten). Bad input is a JobError (one line, exit 2).
+append-only: nothing already written is ever rewritten); repair removes a torn last line. Bad input
+is a JobError (one line, exit 2). Ids, names and reasons are printed with control characters escaped.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .errors import JobError, RecordError
+from .errors import JobError
 from .io import write_json_atomic
 from .kb.beliefs import Beliefs, draw
-from .kb.claims import Claim, Evidence, Update, condition_text
+from .kb.claims import Claim, Update, condition_text
 from .kb.folder import kb_folder
-from .kb.store import Store
+from .kb.store import Store, repair
+from .kb_import import kb_import
+from .kb_import import plain as _plain
 from .reasoner.revise import restructure
 
 TABLES = ("runs", "trials", "claims", "claim_history")
@@ -51,9 +54,10 @@ def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
         for column in columns:
             table.add_column(column, overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(_plain(x) for x in row))
         Console().print(table)
         return
+    title, rows = _plain(title), [[_plain(x) for x in row] for row in rows]
     print(title)
     widths = [max(len(str(x)) for x in column) for column in zip(columns, *rows)]
     for row in [columns, *rows]:
@@ -98,7 +102,8 @@ def kb_show(args: argparse.Namespace) -> int:
     a, b = claim.posterior
     status = claim.status + (f" ({claim.status_reason})" if claim.status_reason else "")
     relations = "; ".join(f"{kind} {change}" for kind, change in claim.relations) or "none"
-    print(f"{claim.id}: {claim.change}{f' from {claim.start}' if claim.start is not None else ''} {claim.direction}")
+    print(_plain(f"{claim.id}: {claim.change}{f' from {claim.start}' if claim.start is not None else ''} "
+                 f"{claim.direction}"))
     for label, value in (("statement", claim.statement or "-"),
                          ("condition", condition_text(claim.condition) or "always (no condition)"),
                          ("source", claim.source or "-"), ("origin", claim.origin),
@@ -109,10 +114,11 @@ def kb_show(args: argparse.Namespace) -> int:
                          ("relations", relations),
                          ("lineage", " <- ".join(lineage) + ("" if len(lineage) > 1 else " (no parent)")),
                          ("children", ", ".join(children) or "none")):
-        print(f"  {label + ':':<16}{value}")
+        print(f"  {label + ':':<16}{_plain(value)}")
     print(f"  evidence ({len(claim.evidence)}, {claim.agreements} agree):")
     for e in claim.evidence:
-        print(f"    {e.experiment}  x{e.ratio:.3f}  {e.outcome:<7}  {'agrees' if claim.agrees(e) else 'disagrees'}")
+        print(_plain(f"    {e.experiment}  x{e.ratio:.3f}  {e.outcome:<7}  "
+                     f"{'agrees' if claim.agrees(e) else 'disagrees'}"))
     return 0
 
 
@@ -124,9 +130,9 @@ def kb_history(args: argparse.Namespace) -> int:
         _print_json(events)
         return 0
     if not events:
-        print(f"{claim.id}: no events; the claim is as defined ({claim.origin})")
+        print(_plain(f"{claim.id}: no events; the claim is as defined ({claim.origin})"))
         return 0
-    print(f"{claim.id}: {len(events)} event(s), oldest first")
+    print(_plain(f"{claim.id}: {len(events)} event(s), oldest first"))
     for n, event in enumerate(events, 1):
         op = event["op"]
         if claim.id in (event.get("children") or ()) and event["claim"] != claim.id:
@@ -134,8 +140,8 @@ def kb_history(args: argparse.Namespace) -> int:
         evidence = event.get("evidence") or {}
         seen = (f"  evidence {evidence.get('experiment')} x{_number(evidence.get('ratio'), '.3f')} "
                 f"{evidence.get('outcome', '')}" if evidence else "")
-        print(f"  {n:>3}. {event.get('at', '-')}  {op}  run {event.get('run') or '-'}{seen}")
-        print(f"       {event.get('reason', '')}")
+        print(_plain(f"  {n:>3}. {event.get('at', '-')}  {op}  run {event.get('run') or '-'}{seen}"))
+        print(_plain(f"       {event.get('reason', '')}"))
     return 0
 
 
@@ -186,92 +192,23 @@ def kb_export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_export(path: Path) -> dict[str, Any]:
-    """The export file, its shape checked before anything is written (one JobError line otherwise)."""
-    if not path.is_file():
-        raise JobError(f"kb import: {path} does not exist (write one with `autotune kb export FILE`)")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise JobError(f"kb import: {path} is not JSON ({getattr(error, 'msg', error)})") from None
-
-    def bad(why: str) -> JobError:
-        return JobError(f"kb import: {path} is not a knowledge-base export ({why})")
-
-    if not isinstance(data, dict) or data.get("schema_version") != 1:
-        raise bad("expected an object with schema_version 1")
-    for table in TABLES:
-        if not isinstance(data.get(table, []), list) or not all(isinstance(x, dict) for x in data.get(table, [])):
-            raise bad(f"{table} must be a list of objects")
-        if any(x.get("schema_version") != 1 for x in data.get(table, []) if table != "claim_history"):
-            raise bad(f"a record of {table} lacks schema_version 1")
-    for run in data.get("runs", []):
-        if not all(isinstance(run.get(k), str) and run.get(k) for k in ("run_id", "job_fingerprint",
-                                                                         "device_fingerprint")):
-            raise bad("a run lacks run_id, job_fingerprint or device_fingerprint")
-    for trial in data.get("trials", []):
-        if any(k in trial and not (isinstance(trial[k], str) and trial[k]) for k in ("job_fingerprint",
-                                                                                   "device_fingerprint")):
-            raise bad("a trial has an empty job or device fingerprint")
-    return data
-
-
-def _updates(data: dict[str, Any], path: Path, imported: dict[str, Claim], beliefs: Beliefs) -> tuple[list[Update], int]:
-    """The history events as Updates (each once), and how many speak of a claim known neither here nor there."""
-    updates, keys, unknown = [], set(), 0
-    for event in data.get("claim_history", []):
-        try:
-            if event["claim"] not in imported and event["claim"] not in beliefs:
-                unknown += 1
-                continue
-            children = tuple(imported[i] if i in imported else beliefs.get(i) for i in event.get("children") or ())
-            evidence = Evidence.from_dict(event["evidence"]) if event.get("evidence") else None
-            update = Update(str(event["op"]), event["claim"], str(event.get("reason", "")), evidence=evidence,
-                            children=children, run=str(event.get("run") or ""))
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            raise JobError(f"kb import: {path}: a history event is not valid ({error!r})") from None
-        key = (update.op, update.claim, evidence.experiment if evidence else None, tuple(c.id for c in children))
-        if key not in keys:
-            keys.add(key)
-            updates.append(update)
-    return updates, unknown
-
-
-def _new(records: list[dict[str, Any]], have: set, key: Any) -> list[dict[str, Any]]:
-    """The records whose key is in neither `have` nor an earlier record of the list."""
-    fresh = []
-    for record in records:
-        if key(record) not in have:
-            have.add(key(record))
-            fresh.append(record)
-    return fresh
-
-
-def kb_import(args: argparse.Namespace) -> int:
-    path = Path(args.file).expanduser()
-    data = _read_export(path)
-    try:
-        imported = {c.id: c for c in (Claim.from_definition(d) for d in data.get("claims", []))}
-    except (RecordError, KeyError, TypeError, ValueError, AttributeError) as error:
-        raise JobError(f"kb import: {path}: a claim definition is not valid ({error})") from None
-    store = _store(args, writing=True)
-    beliefs = Beliefs(store)
-    updates, unknown = _updates(data, path, imported, beliefs)  # checked before anything is written
-    new_claims = [c.definition() for c in imported.values() if c.id not in beliefs]
-    store.extend("claims", new_claims)
-    applied = Beliefs(store).apply(updates)  # folds what is here, then the imported events it lacks
-    runs = _new(data.get("runs", []), {r.get("run_id") for r in store.all("runs")}, lambda r: r["run_id"])
-    trials = _new(data.get("trials", []), {(t.get("run_id"), t.get("trial")) for t in store.all("trials")},
-                  lambda t: (t.get("run_id"), t.get("trial")))
-    store.extend("runs", runs)
-    store.extend("trials", trials)
-    history = len(data.get("claim_history", []))
-    print(f"imported from {path} into {store.folder}:")
-    print(f"  claims:  {len(new_claims)} added, {len(imported) - len(new_claims)} skipped (already known)")
-    print(f"  history: {len(applied)} events applied, {history - len(applied)} skipped (already folded"
-          f"{f'; {unknown} about claims unknown here' if unknown else ''})")
-    print(f"  runs:    {len(runs)} added, {len(data.get('runs', [])) - len(runs)} skipped (already recorded)")
-    print(f"  trials:  {len(trials)} added, {len(data.get('trials', [])) - len(trials)} skipped (already recorded)")
+def kb_repair(args: argparse.Namespace) -> int:
+    """What a torn-line error says to run: remove the torn last line of each table, and only that."""
+    folder = _folder(args)
+    done = repair(folder, dry_run=args.dry_run) if folder.is_dir() else []
+    if not done:
+        print(_plain(f"nothing to repair in {folder}: no table file ends in a torn line"))
+    for fix in done:
+        verb = "would remove" if args.dry_run else "removed"
+        print(_plain(f"{verb} torn line {fix.line} of {fix.path} ({fix.removed_bytes} bytes, an append that "
+                     f"never completed): {fix.preview}"))
+    if args.dry_run:
+        print("dry run: nothing was changed" + (f"; `autotune kb repair --kb {_plain(folder)}` does it" if done else ""))
+        return 0
+    if folder.is_dir():
+        store = Store(folder)
+        for table in TABLES:  # what repair cannot fix (a bad complete line) is named now, not at the next run
+            store.all(table)
     return 0
 
 
@@ -291,7 +228,7 @@ def kb_prune(args: argparse.Namespace) -> int:
     print(f"{'would apply' if args.dry_run else 'applied'} {len(done)} update(s)"
           f"{' (dry run: nothing written)' if args.dry_run else ''}:")
     for op, claim_id, children, reason in done:
-        print(f"  {op} {claim_id}{' -> ' + ', '.join(children) if children else ''}: {reason}")
+        print(_plain(f"  {op} {claim_id}{' -> ' + ', '.join(children) if children else ''}: {reason}"))
     return 0
 
 
@@ -326,6 +263,8 @@ def add_parser(commands: Any) -> None:
         "file", metavar="FILE")
     command("prune", kb_prune, "split or delete the active claims their evidence calls for").add_argument(
         "--dry-run", action="store_true", help="only list what would change")
+    command("repair", kb_repair, "remove the torn last line a killed writer left in a table file").add_argument(
+        "--dry-run", action="store_true", help="only say what would be removed")
 
 
 __all__ = ["add_parser"]

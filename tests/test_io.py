@@ -115,3 +115,25 @@ def test_the_cli_ends_a_full_disk_in_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("autotune: could not write ") and "Traceback" not in err
     assert (tmp_path / "kb" / "runs.jsonl").read_bytes() == b""
+
+
+def test_a_change_to_several_tables_that_fails_on_the_last_keeps_none(tmp_path, monkeypatch):
+    store = Store(tmp_path / "kb")
+    run = {"schema_version": 1, "job_fingerprint": "j", "device_fingerprint": "d", "run_id": "a"}
+    store.append("runs", run)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "kb").glob("*.jsonl")}
+    real, calls = os.write, []
+
+    def second_write_fails(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        if len(calls) == 2:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", second_write_fails)
+    with pytest.raises(DiskError, match="trials.jsonl: Input/output error"):
+        store.extend_all({"runs": [{**run, "run_id": "b"}], "trials": [{**run, "trial": 0}]})
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "kb").glob("*.jsonl") if p.read_bytes()} == before
+    assert [r["run_id"] for r in Store(tmp_path / "kb").all("runs")] == ["a"]
+    assert [r["run_id"] for r in store.all("runs")] == ["a"] and store.all("trials") == []

@@ -173,3 +173,79 @@ def test_prune_deletes_a_claim_whose_evidence_all_disagrees(capsys, isolated_kb)
     assert "P01 " not in out
     code, out, _ = run_cli(capsys, "prune")
     assert "nothing to prune" in out
+
+
+def kb_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_an_import_with_one_bad_run_writes_nothing_at_all(capsys, isolated_kb, tmp_path):
+    with_split(isolated_kb)
+    record_run(isolated_kb)
+    exported = tmp_path / "kb.json"
+    assert run_cli(capsys, "export", str(exported))[0] == 0
+    data = json.loads(exported.read_text())
+    new_claim = {**data["claims"][0], "id": "X-new", "parent": None, "origin": "imported"}
+    data["claims"].append(new_claim)
+    data["claim_history"].append({**data["claim_history"][0], "claim": "X-new", "children": []})
+    data["runs"].append({**data["runs"][0], "run_id": "other@1", "baseline": {"samples_per_s": float("nan")}})
+    exported.write_text(json.dumps(data))                 # json writes the NaN as NaN, which it reads back
+    before = kb_bytes(isolated_kb)
+    code, out, err = run_cli(capsys, "import", str(exported))
+    assert code == 2 and err.count("\n") == 1 and "nothing was written" in err and "runs record" in err
+    assert kb_bytes(isolated_kb) == before                 # claims.jsonl and every other file
+    assert "X-new" not in Beliefs(Store(isolated_kb))
+
+
+@pytest.mark.parametrize("where", ["claim id", "history run", "run name", "trial run_id"])
+def test_ids_with_escape_bytes_are_refused_in_one_line_and_never_printed_raw(capsys, isolated_kb, tmp_path, where):
+    with_split(isolated_kb)
+    record_run(isolated_kb)
+    exported = tmp_path / "kb.json"
+    run_cli(capsys, "export", str(exported))
+    data = json.loads(exported.read_text())
+    hostile = "P25\x1b[2J\x1b]0;owned\x07"
+    if where == "claim id":
+        data["claims"][0]["id"] = hostile
+    elif where == "history run":
+        data["claim_history"][0]["run"] = hostile
+    elif where == "run name":
+        data["runs"][0]["run"] = hostile
+    else:
+        data["trials"][0]["run_id"] = hostile
+    exported.write_text(json.dumps(data))
+    other = tmp_path / "other"
+    code, out, err = run_cli(capsys, "import", str(exported), "--kb", str(other))
+    assert code == 2 and err.count("\n") == 1 and "printable" in err
+    assert "\x1b" not in err + out and "\\x1b" in err
+    assert all(not p.read_bytes() for p in other.glob("*.jsonl"))
+
+
+def test_a_claim_text_with_escape_bytes_is_shown_escaped(capsys, isolated_kb):
+    from autotune.kb.claims import Claim
+
+    claim = Claim(id="L-text", knob="torch_compile", value=True, direction="helps", ratio=1.2,
+                  statement="compile helps\x1b[31m red", origin="learned")
+    Beliefs(Store(isolated_kb)).apply([Update("create", claim.id, "made\x1b[2J", children=(claim,))])
+    for args in (("show", "L-text"), ("history", "L-text"), ("list", "--knob", "torch_compile")):
+        code, out, err = run_cli(capsys, *args)
+        assert code == 0 and "\x1b" not in out and "L-text" in out
+
+
+def test_repair_dry_run_changes_nothing_and_repair_removes_only_the_torn_line(capsys, isolated_kb):
+    record_run(isolated_kb)
+    path = isolated_kb / "runs.jsonl"
+    intact, torn = path.read_bytes(), b'{"id":2,"record":{"schema_ver'
+    path.write_bytes(intact + torn)                                  # a writer killed mid-append
+    code, out, err = run_cli(capsys, "runs")
+    assert code == 1 and f"autotune kb repair --kb {isolated_kb}" in err and err.count("\n") == 1
+    before = kb_bytes(isolated_kb)
+    code, out, _ = run_cli(capsys, "repair", "--dry-run")
+    assert code == 0 and "would remove torn line 2 of" in out and "nothing was changed" in out
+    assert kb_bytes(isolated_kb) == before
+    code, out, _ = run_cli(capsys, "repair")
+    assert code == 0 and "removed torn line 2 of" in out and f"({len(torn)} bytes" in out
+    assert path.read_bytes() == intact and len(Store(isolated_kb).all("runs")) == 1
+    assert run_cli(capsys, "runs")[0] == 0
+    code, out, _ = run_cli(capsys, "repair")
+    assert code == 0 and "nothing to repair" in out

@@ -117,7 +117,16 @@ class Beliefs:
         Returns the events applied; an update that repeats an event already folded (the same
         evidence for the same claim) is skipped.
         """
-        definitions: list[dict[str, Any]] = []
+        definitions, events = self.plan(updates, run)
+        if self.store is not None:
+            self.store.extend_all({"claims": definitions, "claim_history": events})
+        return self.fold(definitions, events)
+
+    def plan(self, updates: Iterable[Update], run: str = "",
+             define: Iterable[Claim] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(new claim definitions, new events) that `apply` would write, writing nothing; `define`
+        adds claims to write first (an import's), so its events may speak of them."""
+        definitions: list[dict[str, Any]] = [c.definition() for c in define if c.id not in self._claims]
         events: list[dict[str, Any]] = []
         batch: set[tuple] = set()
         for update in updates:
@@ -133,9 +142,10 @@ class Beliefs:
             if update.claim not in self._claims and not any(d["id"] == update.claim for d in definitions):
                 raise RecordError(f"belief update names an unknown claim {update.claim!r}")
             events.append(event)
-        if self.store is not None:
-            self.store.extend("claims", definitions)
-            self.store.extend("claim_history", events)
+        return definitions, events
+
+    def fold(self, definitions: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Take in definitions and events `plan` made once they are written; returns the events folded."""
         for definition in definitions:
             claim = Claim.from_definition(definition)
             self._claims.setdefault(claim.id, claim)

@@ -189,7 +189,7 @@ def test_a_torn_last_line_is_reported_and_repair_removes_only_it(tmp_path):
         message = str(caught.value)
         assert caught.value.path == path and caught.value.line == 4
         assert str(path) in message and "line 4: the last line is torn (25 bytes" in message
-        assert f"repair({str(tmp_path)!r})" in message and "no finished record is lost" in message
+        assert f"`autotune kb repair --kb {tmp_path}`" in message and "no finished record is lost" in message
     with pytest.raises(TornLineError):
         store.append("runs", run(run="after"))  # never glued onto the torn line
     assert path.read_bytes() == intact + torn
