@@ -29,6 +29,8 @@ class Trace:
     picks: list[Knobs] = field(default_factory=list)   # after trial 1, 2, ...
     runs: list[int] = field(default_factory=list)       # device runs used by then
     noise_floor: float | None = None                    # autotune's A/A floor on this seed's noise
+    outside: int = 0                                    # configs asked for that no rule allows (not in the grid)
+    stop_reason: str = ""
 
 
 class Greedy:
@@ -133,10 +135,11 @@ def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None
         folder = Path(tmp) / "kb"
         if kb is not None:
             shutil.copytree(kb, folder)
-        executor = ReplayExecutor(table, seed)
+        executor = ReplayExecutor(table, seed, strict=False)
         tuner = Tuner(_job(table, trials, folder), executor, Path(tmp) / "runs")
         outcome = tuner.run()
-    trace, pick = Trace(noise_floor=outcome.noise_floor), table.start
+    trace = Trace(noise_floor=outcome.noise_floor, outside=len(executor.outside), stop_reason=outcome.stop_reason)
+    pick = table.start
     baseline_runs = executor.runs_by_trial.get(0, 0)
     used = baseline_runs
     for record in outcome.records[1:]:
@@ -152,7 +155,7 @@ def learn_from(tables: list[Table], trials: int, kb: Path) -> None:
     """A knowledge base that has seen these tables: one autotune run on each (seed 0)."""
     for table in tables:
         with tempfile.TemporaryDirectory() as tmp:
-            Tuner(_job(table, trials, kb), ReplayExecutor(table, 0), Path(tmp)).run()
+            Tuner(_job(table, trials, kb), ReplayExecutor(table, 0, strict=False), Path(tmp)).run()
 
 
 def _job(table: Table, trials: int, kb: Path) -> Job:

@@ -52,7 +52,8 @@ def test_each_peer_measures_only_the_tables_configs_and_picks_the_best_it_saw(ta
 
 
 def test_autotune_runs_unchanged_on_the_table_inside_its_grid(table):
-    trace = autotune_search(table, 0, 6)  # the replay executor raises on a config outside the table
+    trace = autotune_search(table, 0, 6)
+    assert trace.outside == 0  # never a config outside the table: one that no rule allows
     assert 0 < len(trace.picks) <= 6 and all(table.entry(p) is not None for p in trace.picks)
     assert trace.runs[0] >= 4  # three baseline runs, then at least the screen of trial 1
     assert table.ratio(trace.picks[-1]) > 1.5
@@ -72,6 +73,25 @@ def test_the_replay_adds_run_to_run_noise_of_the_recorded_size(table):
               ["measurement"]["samples_per_s"] for i in range(200)]
     spread = (max(speeds) - min(speeds)) / table.speed(table.start)
     assert 0 < spread < 12 * table.noise_cv and executor.runs_by_trial[5] == 1
+
+
+def test_the_replay_can_replay_a_table_at_gpu_like_noise(table):
+    quiet = table.with_noise(0.005)
+    assert table.with_noise(None).noise_cv == table.noise_cv > 0.05 and quiet.noise_cv == 0.005
+    executor = ReplayExecutor(quiet, 0)
+    speeds = [executor.run({"kind": "trial", "knobs": table.start.to_dict()}, Path(f"{i:03d}-001"), 60)
+              ["measurement"]["samples_per_s"] for i in range(50)]
+    assert 0 < (max(speeds) - min(speeds)) / table.speed(table.start) < 12 * 0.005
+
+
+def test_a_config_outside_a_whole_table_is_a_crash_counted_or_an_error():
+    table = Table.load(next(p for p in TABLES if p.stem == "cpu-short-uniform"))
+    outside = table.start.with_change("padding", "padding_free").with_change("group_by_length", True)
+    spec = {"kind": "trial", "knobs": outside.to_dict()}
+    with pytest.raises(KeyError):
+        ReplayExecutor(table, 0).run(spec, Path("001-001"), 60)
+    lenient = ReplayExecutor(table, 0, strict=False)
+    assert lenient.run(spec, Path("001-001"), 60)["state"] == "crash" and len(lenient.outside) == 1
 
 
 def test_the_warm_knowledge_base_holds_the_other_tables_runs_only(table, tmp_path):
