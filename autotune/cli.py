@@ -60,7 +60,6 @@ def _inject_from_env() -> dict[int, str]:
 def tune(run: str, words: list[str], runs_dir: str) -> int:
     from .executors import get_executor
     from .job import job_from_words
-    from .report import write_best_config, write_report, write_results_tsv
 
     again = [w for w in words if w in ("resume", "review")]
     if again:
@@ -80,6 +79,14 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
 
     display = Progress(max_trials=job.max_trials, time_budget_s=job.time_budget_s)
     tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env(), fresh="fresh" in modes)
+    # One lock from the first write to the report: a second `tune RUN` or `resume` stops (exit 2) until then.
+    with tuner.folder.locked():
+        return _tune(tuner, job, modes, executor, display)
+
+
+def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -> int:
+    from .report import write_best_config, write_report, write_results_tsv
+
     if tuner.script is not None:
         display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
         for line in tuner.script.listing():
@@ -135,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    # Private by default (a shared machine): run folders, trials, reports, plots, the knowledge base, and
+    # the files of the trials' child processes, which inherit it. Restored for in-process callers.
+    previous_umask = os.umask(0o077)
     try:
         if args.command != "tune":
             return args.handler(args)
@@ -151,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:  # SIGHUP: the terminal is gone
             pass
         return 130
+    finally:
+        os.umask(previous_umask)
 
 
 if __name__ == "__main__":

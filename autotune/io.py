@@ -77,7 +77,8 @@ def write_json_atomic(path: Path, data: dict[str, Any], indent: int | None = 1, 
     tmp = path.with_name(path.name + ".tmp")
     text = json.dumps(data, indent=indent)  # a value JSON cannot hold fails here, before any file is touched
     try:
-        with open(tmp, "w") as handle:
+        # 0600: run folders and knowledge bases hold the user's job, data paths and results.
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

@@ -1,21 +1,44 @@
-"""The run folder `runs/RUN/`: job.json, experiments.jsonl (append-only, validated), state.json."""
+"""The run folder `runs/RUN/`: job.json, experiments.jsonl (append-only, validated), state.json.
+
+RUN is one path component (never `.` or `..`), so a run folder is always a child of the runs folder.
+The folder is made private to the user (0700) and locked for the life of its tuner (`locked()`): a
+second tuner, a `resume` or a `review` on a live run stops with one line naming the process holding it.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import JobError, RecordError
 from .io import append_line, write_json_atomic
 from .schemas import validate
 
 
+LOCK_FILE = ".lock"
+
+
+def check_run_name(run: str) -> str:
+    """`run` if it names exactly one folder inside its parent, else JobError: `.`, `..`, an empty name, or
+    one with a separator, NUL or a control character would put a run (or its clean-up) somewhere else."""
+    if (not isinstance(run, str) or run in ("", ".", "..") or "/" in run or "\\" in run
+            or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in run) or len(run.encode(errors="replace")) > 255):
+        raise JobError(f"run name {run!r}: it names one folder, runs/RUN/, so it must be a plain name (letters, "
+                       "digits, '.', '_' or '-'; not '.' or '..')")
+    return run
+
+
 class RunFolder:
     def __init__(self, root: Path, run: str) -> None:
-        self.path = Path(root) / run
+        self.path = Path(root) / check_run_name(run)
+        self._lock_fd: int | None = None
+        self._lock_depth = 0
         self.job = self.path / "job.json"
         self.experiments = self.path / "experiments.jsonl"
         self.results = self.path / "results.tsv"
@@ -35,8 +58,51 @@ class RunFolder:
             raise JobError(f"RUN {self.path.name!r}: {self.path} already holds a run; pick another RUN name "
                            "(its records are kept) or remove that folder")
         validate("job", job, str(self.job))
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.make()
         write_json_atomic(self.job, job)
+
+    def make(self) -> None:
+        """The folder, private to the user: trials, records and the job may name private data and models."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.mkdir(mode=0o700, exist_ok=True)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the run's lock for the block; JobError (exit 2, nothing written) if another process holds it.
+
+        An flock on a file in the folder: the kernel drops it when the holder ends or dies, so a killed
+        tuner never leaves a stale lock. Nested uses in one process (the CLI around the tuner it runs)
+        share the one lock; the parallel drivers run inside it, so there is one lock per tune."""
+        if self._lock_depth == 0:
+            self._lock_fd = self._take_lock()
+        self._lock_depth += 1
+        try:
+            yield
+        finally:
+            self._lock_depth -= 1
+            if self._lock_depth == 0 and self._lock_fd is not None:
+                os.close(self._lock_fd)  # the only descriptor of this open file: the lock goes with it
+                self._lock_fd = None
+
+    def _take_lock(self) -> int:
+        self.make()
+        # O_CLOEXEC: a trial's child process must not inherit (and so keep holding) the run's lock.
+        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = "".join(c for c in os.pread(fd, 512, 0).decode(errors="replace").strip() if c.isprintable())
+            os.close(fd)
+            raise JobError(f"RUN {self.path.name!r} is in use by {holder or 'another process'} "
+                           f"({self.path}); wait for it to end or stop it, then `autotune tune "
+                           f"{self.path.name} resume` continues it") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()} since "
+                      f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode(), 0)
+        return fd
 
     def append_experiment(self, record: dict[str, Any]) -> None:
         record = {**record, "schema_version": 1, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}

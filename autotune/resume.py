@@ -121,11 +121,17 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
 
 def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any], Job]:
     """The outputs of a run written again from its folder, without a device: (outcome, best config, job)."""
+    job = load_job(root, run)
+    folder = RunFolder(root, run)
+    with folder.locked():  # its outputs are the live tuner's to write while one runs
+        return _review(folder, job, script)
+
+
+def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, Any], Job]:
     from .report import write_best_config, write_report, write_results_tsv
     from .outcome import Incumbent, Outcome
 
-    job = load_job(root, run)
-    folder = RunFolder(root, run)
+    run = folder.path.name
     records = folder.read_experiments()
     if not records or not folder.frame.exists():
         raise JobError(f"RUN {run!r}: no measured trial yet; nothing to review (`resume` continues it)")

@@ -263,7 +263,14 @@ class Tuner:
         return frame
 
     def run(self, resume: bool = False) -> Outcome:
-        """The whole loop; with `resume`, from where a stopped or killed run of this folder left off."""
+        """The whole loop; with `resume`, from where a stopped or killed run of this folder left off.
+
+        Under the run folder's lock from before the first write to the last: a second tuner or a resume
+        of the same RUN stops with JobError (exit 2) naming this process, and writes nothing."""
+        with self.folder.locked():
+            return self._run(resume)
+
+    def _run(self, resume: bool) -> Outcome:
         if resume:
             from .resume import restore
 

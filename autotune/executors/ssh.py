@@ -1,7 +1,8 @@
 """Trials on a remote box over SSH: the only module that imports paramiko.
 
 The knowledge base, the decisions and the run folder stay on the user's machine; the remote box gets
-the package and each trial's spec over SFTP, into `~/.autotune-remote/<run>/`, and runs the runner
+the package and each trial's spec over SFTP, into `~/.autotune-remote/<run>/` (made private, with a
+marker that the clean-up requires before it removes the folder), and runs the runner
 detached (`setsid nohup`) under a heartbeat launcher, so a trial survives a dropped connection. The
 executor polls under its own deadline: a connection that drops is re-established and the result
 recovered; a heartbeat that stops makes the trial a `crash` with that reason; at the deadline the
@@ -20,18 +21,24 @@ import shlex
 import socket
 import tarfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import paramiko
 
 from ..errors import AutotuneError
+from ..records import check_run_name
 from ..runners.common import STDERR_TAIL
 
 CONNECT_TIMEOUT_S = 15
 KEEPALIVE_S = 15
 POLL_S = 1.0
 HEARTBEAT_TIMEOUT_S = 30.0
+REMOTE_BASE = ".autotune-remote"
+# Written into the remote run folder when this executor makes it; `close` removes only a folder holding
+# this executor's own token, so it never deletes a folder that autotune did not make for this tune.
+MARKER = ".made-by-autotune"
 _DROPPED = (paramiko.SSHException, OSError, EOFError, socket.error)
 
 
@@ -53,12 +60,14 @@ def _package() -> bytes:
 class SSHExecutor:
     def __init__(self, host: str, run: str, key: str = "", trust_new: bool = False, python: str = "python3",
                  heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
-        self.host, self.run_name = host, run
+        self.host, self.run_name = host, check_run_name(run)  # one component: the folder stays in ~/.autotune-remote
         self.user, self.hostname, self.port = parse_host(host)
         self.key, self.trust_new, self.python = key, trust_new, python
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.client: paramiko.SSHClient | None = None
         self.remote_run = ""
+        self.remote_base = ""
+        self.token = uuid.uuid4().hex
         self.reconnects = 0
 
     # -- connection -----------------------------------------------------------------------------
@@ -132,8 +141,7 @@ class SSHExecutor:
                                     f"({facts[f'{missing}_error']}); install it there or give ssh_python=PATH")
         if facts["free_gb"] < 1:
             raise AutotuneError(f"host {self.host}: only {facts['free_gb']:.2f} GB free in {facts['home']}; free space")
-        self.remote_run = f"{facts['home']}/.autotune-remote/{self.run_name}"
-        self._exec(f"mkdir -p {shlex.quote(self.remote_run)}/pkg")
+        self._make_remote_run(f"{facts['home']}/{REMOTE_BASE}")
         sftp = self.client.open_sftp()
         with sftp.open(f"{self.remote_run}/pkg/autotune.tar.gz", "wb") as handle:
             handle.write(_package())
@@ -141,13 +149,32 @@ class SSHExecutor:
         self._exec(f"cd {shlex.quote(self.remote_run)}/pkg && tar xzf autotune.tar.gz")
         return facts
 
+    def _make_remote_run(self, base: str) -> None:
+        """`base/RUN`, private to the user (umask 077), with this executor's marker in it. A folder of that
+        name that holds no marker was not made by autotune: it is refused, and left as it is."""
+        name, quoted = shlex.quote(self.run_name), shlex.quote(base)
+        try:
+            self._exec(f"umask 077 && mkdir -p {quoted} && cd {quoted} && "
+                       f"if [ -e {name} ] || [ -L {name} ]; then [ -d {name} ] && [ ! -L {name} ] && "
+                       f"[ -f {name}/{MARKER} ] || {{ echo 'not made by autotune' >&2; exit 3; }}; "
+                       f"else mkdir {name}; fi && printf %s {self.token} > {name}/{MARKER} && mkdir -p {name}/pkg")
+        except AutotuneError as error:
+            if "not made by autotune" not in str(error):
+                raise
+            raise AutotuneError(f"host {self.host}: {base}/{self.run_name} exists and was not made by autotune; "
+                                "remove it there or pick another RUN name") from None
+        self.remote_base, self.remote_run = base, f"{base}/{self.run_name}"
+
     def close(self) -> None:
-        """Remove the remote run folder and hang up."""
+        """Remove the remote run folder (only the one this executor made, holding its marker) and hang up."""
         if self.client is not None and self.remote_run:
+            name = shlex.quote(check_run_name(self.run_name))
+            # Checked on the box, where it is removed: a real folder directly in the base, with our token.
             try:
-                self._exec(f"rm -rf {shlex.quote(self.remote_run)}")
+                self._exec(f"cd {shlex.quote(self.remote_base)} && [ -d {name} ] && [ ! -L {name} ] && "
+                           f"[ \"$(cat {name}/{MARKER} 2>/dev/null)\" = {self.token} ] && rm -rf -- {name}")
             except (*_DROPPED, AutotuneError):
-                pass
+                pass  # not ours, or the box is gone: left as it is
         if self.client is not None:
             self.client.close()
 

@@ -25,8 +25,8 @@ def kb_folder(job_kb: str = "") -> Path:
 
 @contextmanager
 def _locked(folder: Path) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with os.fdopen(os.open(folder / ".lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

@@ -189,7 +189,11 @@ def test_the_remote_clean_up_removes_only_the_private_folder_it_made_and_marked(
         # prepare() without its probe of torch on the box (the smoke tune above runs the whole of it).
         executor = SSHExecutor(trusted.host, name, python=sys.executable)
         executor.connect()
-        executor._make_remote_run(str(base))
+        try:
+            executor._make_remote_run(str(base))
+        except AutotuneError:
+            executor.close()
+            raise
         return executor
 
     try:
