@@ -40,6 +40,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -165,6 +166,17 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _cut(path: Path, size: int) -> None:
+    """Take a table file back to `size` bytes: undoes this change's append to it."""
+    try:
+        with open(path, "r+b") as handle:
+            handle.truncate(size)
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise DiskError(path, error, f"cutting it back to {size} bytes failed, so it may keep part of an "
+                                     f"unfinished change; `autotune kb repair` removes a torn last line") from None
+
+
 # ---------------------------------------------------------------------------------------------- storage
 
 class _ReadOnlyStorage(Storage):
@@ -240,46 +252,72 @@ class Store:
         crash during the write can leave a prefix of the batch in place (complete lines, then at most
         one torn line), never a damaged earlier record.
         """
-        state = self._table(table)
-        checked = [self._checked(table, state, record, n) for n, record in enumerate(records)]
-        if not checked:
-            return []
+        return self.extend_all({table: records})[table]
+
+    def extend_all(self, batches: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, list[int]]:
+        """Append to several tables as one change (an import): {table: records} -> {table: ids}.
+
+        Every record of every table is checked first, then all are written under one exclusive lock;
+        a failed write (a full disk, an interrupt) cuts every table this call wrote back to where it
+        was, so nothing of the change stays. Only a SIGKILL or a power cut between two tables can keep
+        the tables written before it (whole lines; `kb import` run again skips them).
+        """
+        plan = []
+        for table, records in batches.items():
+            state = self._table(table)
+            plan.append((table, state, [self._checked(table, state, record, n) for n, record in enumerate(records)]))
+        result: dict[str, list[int]] = {table: [] for table, _, _ in plan}
+        plan = [(table, state, checked) for table, state, checked in plan if checked]
+        if not plan:
+            return result
         with self._mutex, _locked(self.folder, exclusive=True):
-            self._refresh(table, state)
-            ids = list(range(state.last_id + 1, state.last_id + 1 + len(checked)))
-            lines = [json.dumps({"id": i, "record": record}, separators=(",", ":")).encode() + b"\n"
-                     for i, record in zip(ids, checked)]
-            data = b"".join(lines)
-            created = not state.path.exists()
+            written = []
             try:
-                fd = os.open(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError as error:
-                raise DiskError(state.path, error, DISK_HINT) from None
-            try:
-                start = os.fstat(fd).st_size
-                if start != state.offset:
-                    raise CorruptFileError(state.path, state.lines + 1, (
-                        f"{state.path} changed while the lock was held ({start} bytes, {state.offset} "
-                        f"expected): something writes to it without the lock; nothing was written"))
-                if created:
-                    _fsync_dir(self.folder)
-                # A failed append (disk full, an interrupt) takes its partial lines back with it.
-                write_all(fd, data, state.path, start, DISK_HINT)
-                stat = os.fstat(fd)
-            finally:
-                os.close(fd)
-            for record_id, record, line in zip(ids, checked, lines):
-                state.docs[record_id] = record
-                state.raw[record_id] = line
-                state.hasher.update(line)
-            state.offset += len(data)
-            state.lines += len(lines)
-            state.unchecked += len(lines)
-            state.last_id = ids[-1]
-            state.identity = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
-            self._db.table(table).clear_cache()
-            self._mark(state)
-        return ids
+                for table, state, checked in plan:
+                    written.append((table, state, checked, *self._write(table, state, checked)))
+            except BaseException:
+                for _, state, _, _, _, _, start in written:
+                    _cut(state.path, start)
+                raise
+            for table, state, checked, ids, lines, stat, _ in written:
+                for record_id, record, line in zip(ids, checked, lines):
+                    state.docs[record_id] = record
+                    state.raw[record_id] = line
+                    state.hasher.update(line)
+                state.offset += sum(len(line) for line in lines)
+                state.lines += len(lines)
+                state.unchecked += len(lines)
+                state.last_id = ids[-1]
+                state.identity = (stat.st_dev, stat.st_ino, stat.st_mtime_ns)
+                self._db.table(table).clear_cache()
+                self._mark(state)
+                result[table] = ids
+        return result
+
+    def _write(self, table: str, state: _Table, checked: list[dict[str, Any]]) -> tuple[list[int], list[bytes], Any, int]:
+        """Append checked records to one table file (under the exclusive lock): (ids, lines, stat, start)."""
+        self._refresh(table, state)
+        ids = list(range(state.last_id + 1, state.last_id + 1 + len(checked)))
+        lines = [json.dumps({"id": i, "record": record}, separators=(",", ":")).encode() + b"\n"
+                 for i, record in zip(ids, checked)]
+        created = not state.path.exists()
+        try:
+            fd = os.open(state.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as error:
+            raise DiskError(state.path, error, DISK_HINT) from None
+        try:
+            start = os.fstat(fd).st_size
+            if start != state.offset:
+                raise CorruptFileError(state.path, state.lines + 1, (
+                    f"{state.path} changed while the lock was held ({start} bytes, {state.offset} "
+                    f"expected): something writes to it without the lock; nothing was written"))
+            if created:
+                _fsync_dir(self.folder)
+            # A failed append (disk full, an interrupt) takes its partial lines back with it.
+            write_all(fd, b"".join(lines), state.path, start, DISK_HINT)
+            return ids, lines, os.fstat(fd), start
+        finally:
+            os.close(fd)
 
     def repair(self) -> list[Repair]:
         """Remove a torn last line from every table file of this folder; see `repair(folder)`."""
@@ -455,15 +493,15 @@ class Store:
             raise TornLineError(state.path, number, (
                 f"{state.path}, line {number}: the last line is torn ({len(tail)} bytes with no end of line: "
                 f"{preview!r}): an append was cut off by a crash or a kill before it completed, so no finished "
-                f"record is lost. To recover, run autotune.kb.store.repair({str(self.folder)!r}), which removes "
-                f"only that line (or delete that last line by hand)"))
+                f"record is lost. To recover, run `autotune kb repair --kb {shlex.quote(str(self.folder))}` "
+                f"(add --dry-run to see it first), which removes only that line (or delete that last line by hand)"))
 
     def _check_line(self, state: _Table, number: int, line: bytes, checked: bool) -> tuple[int, dict[str, Any]]:
         def corrupt(why: str) -> CorruptFileError:
             return CorruptFileError(state.path, number, (
                 f"{state.path}, line {number}: {why}. The other lines are intact. To recover, correct that line "
                 f"by hand, or delete it if its record may be lost, or restore the file from a copy; "
-                f"repair() does not remove complete lines"))
+                f"`autotune kb repair` does not remove complete lines"))
 
         try:
             entry = json.loads(line)
@@ -482,31 +520,33 @@ class Store:
 
 # ----------------------------------------------------------------------------------------------- repair
 
-def repair(folder: Path | str) -> list[Repair]:
+def repair(folder: Path | str, dry_run: bool = False) -> list[Repair]:
     """Remove the torn last line of each table file in `folder` and say what was removed.
 
     Only a last line without its end of line is removed (an append that never completed); complete
     lines, valid or not, are never touched. Runs under the exclusive lock, so it is safe while other
-    tuners use the folder. Returns one Repair per file changed (none when nothing was torn).
+    tuners use the folder. Returns one Repair per file changed (none when nothing was torn); with
+    `dry_run`, the same list and nothing changed.
     """
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         return []
     done: list[Repair] = []
-    with _locked(folder, exclusive=True):
+    with _locked(folder, exclusive=not dry_run):
         for path in sorted(folder.glob(f"*{SUFFIX}")):
-            with open(path, "r+b") as handle:
+            with open(path, "rb" if dry_run else "r+b") as handle:
                 data = handle.read()
                 if not data or data.endswith(b"\n"):
                     continue
                 keep = data.rfind(b"\n") + 1
                 tail = data[keep:]
-                handle.truncate(keep)
-                handle.flush()
-                os.fsync(handle.fileno())
+                if not dry_run:
+                    handle.truncate(keep)
+                    handle.flush()
+                    os.fsync(handle.fileno())
             preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
             done.append(Repair(path, data.count(b"\n", 0, keep) + 1, len(tail), repr(preview)))
-        for temp in folder.glob(".*.checked.json.*.tmp"):
+        for temp in () if dry_run else folder.glob(".*.checked.json.*.tmp"):
             temp.unlink(missing_ok=True)  # a cache file whose writer was killed before it renamed it
     return done
 
