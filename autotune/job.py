@@ -390,8 +390,9 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     for label in labels:
         if not Path(label).expanduser().is_file():
             raise JobError(f"script_configs: no such file {label!r}; expected {JOB_KEYS['script_configs']}")
-        if Path(label).suffix.lower() not in (".yaml", ".yml", ".json"):
-            raise JobError(f"script_configs: {label!r} is not a .yaml, .yml or .json file")
+        if Path(label).suffix.lower() not in (".yaml", ".yml", ".json", ".py"):
+            raise JobError(f"script_configs: {label!r} is not a .yaml, .yml, .json or Python (.py) config file; "
+                           "name the files your script reads its settings from")
     for key in ("model", "dataset", "method", "weights"):
         if key in pairs:
             raise JobError(f"{key}= does not apply with script=: your script chooses its {key}; drop {key}=")
@@ -412,7 +413,8 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
                            "change it there")
     return Job(**_common(run, pairs, smoke), model=f"script:{script.name}", dataset="(the script's)",
                max_len=adapter.max_len, effective_batch=adapter.effective_batch, method="sft", weights="random",
-               script=str(script.resolve()), script_configs=labels, script_args=" ".join(shlex.quote(a) for a in args),
+               script=str(script.resolve()), script_configs=labels + tuple(adapter.discovery.arg_configs),
+               script_args=" ".join(shlex.quote(a) for a in args),
                start=adapter.start)
 
 

@@ -40,6 +40,10 @@ def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
 
     import yaml
 
+    if suffix == ".py":
+        from ..script import pyconfig
+
+        return pyconfig.edit(text, edits)
     data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
     for path, value in edits:
         node = data
@@ -80,7 +84,12 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
         copy.write_bytes(files[original])
     # The user's own arguments may name a config by its original path: point them at the copy.
     renamed = {str(o): str(c) for o, c in placed.items()}
-    argv = [renamed.get(a, a) for a in script.get("args", [])] + list(spec.get("flags", []))
+
+    def rename(word: str) -> str:
+        option, eq, value = word.partition("=")
+        return f"{option}={renamed.get(value, value)}" if eq and option.startswith("--") else renamed.get(word, word)
+
+    argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
     return mirror, placed[Path(script["path"])], argv
 
 

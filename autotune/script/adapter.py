@@ -36,6 +36,22 @@ def _as_bool(value: Any) -> bool | None:
     return None
 
 
+def _key(setting: Setting) -> str:
+    """The setting's own name: a file's last key, or a flag without its dashes."""
+    return setting.path[0].lstrip("-") if setting.source == "argv" else setting.path[-1]
+
+
+def _written(setting: Setting, value: Any) -> Any:
+    """A knob's value in the setting's own terms (length grouping is a sampling strategy there)."""
+    if _key(setting) == "train_sampling_strategy" and isinstance(value, bool):
+        if value:
+            return "group_by_length"
+        return setting.value if setting.value != "group_by_length" else "random"
+    if _key(setting) == "pad_to_multiple_of" and value is None and setting.value == "auto":
+        return "auto"   # TRL's "auto" already pads to the longest row off Neuron devices
+    return value
+
+
 def _like(original: Any, value: Any) -> Any:
     """`value` written the way the original was (a YAML string "true" stays a string)."""
     if isinstance(original, str) and isinstance(value, bool):
@@ -62,7 +78,7 @@ class ScriptAdapter:
         from .discover import apply_args, discover
 
         base = cwd or Path.cwd()
-        found = discover(script, [(base / Path(label).expanduser(), label) for label in labels])
+        found = discover(script, [(base / Path(label).expanduser(), label) for label in labels], args, base)
         apply_args(found, args)
         return cls.build(found, max_len, effective_batch)
 
@@ -112,11 +128,17 @@ class ScriptAdapter:
         if padding:
             start["padding"] = padding
             self.tryable["padding"] = values
+        packing = get("packing")
+        if packing is not None:
+            self.notes.append(f"{packing.where} = {packing.value!r}: packing concatenates rows into new ones, so it "
+                              "trains something else; it is held as it is, never tried")
         if len(self.tryable) == 0:
             raise JobError("no knob recognised in the script or its configs; looked for: " + ", ".join(LOOKED_FOR))
         self.start = Knobs(**start)
 
     def _direct_value(self, role: str, setting: Setting) -> Any:
+        if role == "group_by_length" and _key(setting) == "train_sampling_strategy":
+            return setting.value == "group_by_length" if isinstance(setting.value, str) else None
         if role in ("gradient_checkpointing", "torch_compile", "dataloader_pin_memory", "group_by_length"):
             return _as_bool(setting.value)
         if role == "dataloader_num_workers":
@@ -150,6 +172,13 @@ class ScriptAdapter:
             base = mode.value
         elif to_max is not None and _as_bool(to_max.value) is not None:
             base = "max_length" if _as_bool(to_max.value) else "longest"
+        multiple = self.discovery.get("pad_to_multiple_of")
+        if base is None and multiple is not None and self.max_len:
+            # TRL pads each batch to a multiple of pad_to_multiple_of: max_len there pads every row to it.
+            if multiple.value == self.max_len:
+                base = "max_length"
+            elif multiple.value in (None, "auto"):   # "auto" is None off Neuron devices: pad to the longest row
+                base = "longest"
         if base is None and free is None:
             return None, ()
         # Without a padding setting, "longest" names whatever the script does when not packing.
@@ -203,11 +232,16 @@ class ScriptAdapter:
         flags: list[str] = []
 
         def put(setting: Setting | None, value: Any) -> None:
-            if setting is None or setting.value == _like(setting.value, value):
+            if setting is None:
                 return
+            value = _written(setting, value)
+            if setting.value == _like(setting.value, value) or (setting.value is None and value is False):
+                return   # a flag left unset (tf32=None) already means off
             if setting.source == "argv":
                 flag, action = setting.path
-                if action == "store_true":
+                if action == "literal":      # the configurator: --key=<Python literal>
+                    flags.append(f"{flag}={value!r}")
+                elif action == "store_true":
                     flags.extend([flag] if value else [])
                 elif action == "store_false":
                     flags.extend([] if value else [flag])
@@ -235,6 +269,8 @@ class ScriptAdapter:
             if knobs.padding != "padding_free":
                 put(get("padding"), knobs.padding)
                 put(get("pad_to_max_length"), knobs.padding == "max_length")
+                if get("padding") is None and get("pad_to_max_length") is None:
+                    put(get("pad_to_multiple_of"), self.max_len if knobs.padding == "max_length" else None)
         return files, flags
 
     def listing(self) -> list[str]:

@@ -10,6 +10,7 @@ and held fixed. Unrecognised keys are left alone.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,11 @@ ALIASES: dict[str, str] = {
     **dict.fromkeys(("dataloader_num_workers", "num_workers", "workers"), "dataloader_num_workers"),
     **dict.fromkeys(("dataloader_pin_memory", "pin_memory"), "dataloader_pin_memory"),
     **dict.fromkeys(("attn_implementation", "attention_implementation", "attention"), "attn_implementation"),
-    **dict.fromkeys(("padding_free", "packing"), "padding_free"),
+    "padding_free": "padding_free",
+    # Packing concatenates rows into new ones: it trains something else, so it is read, never tried.
+    "packing": "packing",
+    "pad_to_multiple_of": "pad_to_multiple_of",
+    "train_sampling_strategy": "group_by_length",
     **dict.fromkeys(("padding", "pad_to"), "padding"),
     "pad_to_max_length": "pad_to_max_length",
     "group_by_length": "group_by_length",
@@ -47,23 +52,37 @@ class Setting:
     role: str
     value: Any
     source: str                       # a config file's path as the user gave it, or "argv" for a flag
-    path: tuple[str, ...] = ()        # key path inside the file; for a flag, its option string
+    path: tuple[str, ...] = ()        # key path inside the file; for a flag, (option, action)
+    # "flag": set in the user's script_args; "default": what the script's parser or globals use when
+    # nothing sets it (a dataclass field, a module global); "": read from a config file or argparse.
+    origin: str = ""
 
     @property
     def where(self) -> str:
-        return f"{self.source}:{'.'.join(self.path)}" if self.source != "argv" else f"{self.path[0]} (command line)"
+        if self.source != "argv":
+            return f"{self.source}:{'.'.join(self.path)}" + (" (default)" if self.origin == "default" else "")
+        return f"{self.path[0]} ({'your flag' if self.origin == 'flag' else 'default'})"
+
+    @property
+    def rank(self) -> int:
+        """Which setting the run uses when several name one role: a flag the user passes, then a config
+        file, then a default."""
+        if self.origin == "flag":
+            return 0
+        return 1 if self.source != "argv" and self.origin != "default" else 2
 
 
 @dataclass
 class Discovery:
     settings: list[Setting] = field(default_factory=list)
+    style: str = "plain"                                    # how the script takes its settings (parsers.py)
+    arg_configs: list[str] = field(default_factory=list)    # config files its own arguments name
 
     def get(self, role: str) -> Setting | None:
-        # Config files win over the script's defaults: a value in a config is what the run uses. Where
-        # one role appears more than once (eval.batch_size beside train.batch_size), the training one.
-        found = [s for s in self.settings if s.role == role]
-        configs = sorted((s for s in found if s.source != "argv"), key=_training_first)
-        return (configs or found or [None])[0]
+        # A flag wins over a config file, a config file over the script's defaults. Where one role
+        # appears more than once (eval.batch_size beside train.batch_size), the training one.
+        found = sorted((s for s in self.settings if s.role == role), key=lambda s: (s.rank, _training_first(s)))
+        return found[0] if found else None
 
     @property
     def roles(self) -> set[str]:
@@ -80,7 +99,7 @@ def _training_first(setting: Setting) -> int:
 def apply_args(found: Discovery, args: list[str]) -> None:
     """The user's own `script_args` override the script's defaults for the flags they name."""
     for index, setting in enumerate(found.settings):
-        if setting.source != "argv":
+        if setting.source != "argv" or setting.origin == "flag":
             continue
         flag, action = setting.path
         names = {flag, flag.replace("_", "-"), flag.replace("-", "_")}
@@ -98,7 +117,7 @@ def apply_args(found: Discovery, args: list[str]) -> None:
                 continue
             if isinstance(setting.value, int) and not isinstance(setting.value, bool) and str(value).isdigit():
                 value = int(value)
-            found.settings[index] = Setting(setting.role, value, setting.source, setting.path)
+            found.settings[index] = dataclasses.replace(setting, value=value)
 
 
 def _alias(key: str) -> str | None:
@@ -117,6 +136,11 @@ def _walk(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...]
 def read_config(path: Path, label: str) -> list[Setting]:
     """Settings in one YAML or JSON file (nested keys are found by their last name)."""
     text = path.read_text()
+    if path.suffix.lower() == ".py":
+        from . import pyconfig
+
+        return [Setting(role, value, label, (name,)) for name, value in pyconfig.read(text, label).items()
+                if (role := _alias(name)) and (value is None or isinstance(value, (bool, int, float, str)))]
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text)
@@ -172,9 +196,8 @@ def read_argparse(path: Path) -> list[Setting]:
     return settings
 
 
-def discover(script: Path, configs: list[tuple[Path, str]]) -> Discovery:
-    found = Discovery()
-    for path, label in configs:
-        found.settings += read_config(path, label)
-    found.settings += read_argparse(script)
-    return found
+def discover(script: Path, configs: list[tuple[Path, str]], args: list[str] | None = None,
+             cwd: Path | None = None) -> Discovery:
+    from .styles import discover_styles
+
+    return discover_styles(script, configs, list(args or []), cwd or Path.cwd())

@@ -44,7 +44,7 @@ trainer:
   compile: false
 data:
   block_size: 512
-  packing: false
+  padding_free: false
 """
 JSON_CONFIG = json.dumps({"train": {"batch_size": 8, "grad_accum": 2, "optimizer": "adamw_torch",
                                     "pin_memory": False, "torch_dtype": "float32"},
@@ -97,7 +97,7 @@ def test_edits_keep_the_effective_batch_and_the_file_style(tmp_path):
     assert flags == []
     assert dict((tuple(p), v) for p, v in edits["b.yml"]) == {
         ("trainer", "micro_batch_size"): 8, ("trainer", "accumulation_steps"): 1,
-        ("trainer", "mixed_precision"): "bf16", ("data", "packing"): True}
+        ("trainer", "mixed_precision"): "bf16", ("data", "padding_free"): True}
 
 
 def test_argparse_flags_are_passed_on_the_command_line(tmp_path):

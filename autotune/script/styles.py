@@ -1,0 +1,120 @@
+"""Discovery across the ways a script takes its settings: config files (YAML, JSON, Python), the
+user's own flags, and the defaults of its parser (argparse, HfArgumentParser / TrlParser dataclasses,
+configurator globals). Each setting keeps the route by which the user sets it, so that a trial
+changes it the same way: a key in a file is edited in the file's copy, a flag is passed again (the
+last one wins for argparse and for the configurator alike), and a default is set where the user
+would set it: in the parser's config file when the run is given one, else as a flag.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from . import parsers, pyconfig
+from .discover import Discovery, Setting, _alias, read_argparse, read_config
+
+_SIMPLE = (bool, int, float, str)
+_BOOLS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
+# Weights dtypes (ModelConfig.dtype), not the autocast precision the trainer's bf16/fp16 flags set.
+_NOT_PRECISION = ("dtype", "torch_dtype")
+
+
+def _typed(text: Any, like: Any, literal: bool) -> Any:
+    """A flag's text as the value its parser makes of it."""
+    if not isinstance(text, str):
+        return text
+    if literal:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+    if isinstance(like, bool):
+        return _BOOLS.get(text.lower(), text)
+    if like is None or (isinstance(like, int) and not isinstance(like, bool)):
+        return int(text) if text.lstrip("-").isdigit() else text
+    if isinstance(like, float):
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    return text
+
+
+def _tree(script: Path) -> ast.Module:
+    from ..errors import JobError
+
+    try:
+        return ast.parse(script.read_text(), filename=str(script))
+    except SyntaxError as error:
+        raise JobError(f"script={script}: not valid Python ({error.msg}, line {error.lineno})") from None
+
+
+def _defaults(script: Path, tree: ast.Module, style: parsers.Style, parser_file: str | None) -> list[Setting]:
+    if style.kind == "dataclass":
+        fields = parsers.dataclass_fields(tree, style.classes)
+        settings = []
+        for name, (_, value) in fields.items():
+            role = _alias(name)
+            # The deprecated alias mirrors activation_checkpointing in the installed TrainingArguments.
+            if (not role or name in _NOT_PRECISION or (value is not None and not isinstance(value, _SIMPLE))
+                    or (name == "gradient_checkpointing" and "activation_checkpointing" in fields)):
+                continue
+            where = (parser_file, (name,)) if parser_file else ("argv", (f"--{name}", "value"))
+            settings.append(Setting(role, value, where[0], where[1], "default"))
+        return settings
+    if style.kind == "configurator":
+        return [Setting(role, value, "argv", (f"--{name}", "literal"), "default")
+                for name, (value, _) in pyconfig.assignments(tree).items()
+                if (role := _alias(name)) and isinstance(value, _SIMPLE)]
+    return read_argparse(script)
+
+
+def _same(option: str, flag: str) -> bool:
+    return option.lstrip("-").replace("-", "_") == flag.lstrip("-").replace("-", "_")
+
+
+def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Path) -> Discovery:
+    tree = _tree(script)
+    style = parsers.style_of(tree)
+    flags, named = parsers.read_args(args)
+    found = Discovery(style=style.kind)
+    seen = {path.resolve() for path, _ in configs}
+    configs = list(configs)
+    for label in named:
+        path = cwd / Path(label).expanduser()
+        if path.is_file() and path.resolve() not in seen:
+            seen.add(path.resolve())
+            configs.append((path, label))
+            found.arg_configs.append(label)
+    for path, label in configs:
+        found.settings += read_config(path, label)
+    parser_file = next((label for label in named if Path(label).suffix.lower() in parsers.CONFIG_SUFFIXES), None)
+    if style.kind == "dataclass":
+        # Keys in a file given to the parser are the dataclass fields of the same name; a key the
+        # file lacks takes the field's default (added to the file's copy when a trial changes it).
+        in_files = {s.path[-1] for s in found.settings}
+        found.settings = [s for s in found.settings if s.path[-1] not in _NOT_PRECISION]
+        defaults = [d for d in _defaults(script, tree, style, parser_file) if d.path[0].lstrip("-") not in in_files]
+    else:
+        defaults = _defaults(script, tree, style, parser_file)
+    given = []
+    for option, text, form in flags:
+        role = _alias(option.lstrip("-"))
+        if role is None or option.lstrip("-") in _NOT_PRECISION and style.kind == "dataclass":
+            continue
+        match = next((d for d in defaults if d.source == "argv" and _same(option, d.path[0])), None)
+        match = match or next((d for d in defaults if d.path[-1] == option.lstrip("-")), None)
+        action = match.path[1] if match is not None and match.source == "argv" else (
+            "literal" if style.kind == "configurator" else "value")
+        if action in ("store_true", "store_false"):
+            value: Any = action == "store_true"
+        else:
+            value = _typed(text, match.value if match is not None else None, action == "literal")
+        flag = match.path[0] if match is not None and match.source == "argv" else option
+        given.append(Setting(role, value, "argv", (flag, action), "flag"))
+        if match is not None:
+            defaults.remove(match)
+    found.settings += defaults + given
+    return found
