@@ -1,4 +1,4 @@
-"""Trials on a remote box over SSH: the only module that imports paramiko.
+"""Trials on a remote box over SSH: with known_hosts.py, the only modules that import paramiko.
 
 The knowledge base, the decisions and the run folder stay on the user's machine; the remote box gets
 the package and each trial's spec over SFTP, into `~/.autotune-remote/<run>/` (made private, with a
@@ -30,6 +30,7 @@ import paramiko
 from ..errors import AutotuneError
 from ..records import check_run_name
 from ..runners.common import STDERR_TAIL
+from . import known_hosts
 
 CONNECT_TIMEOUT_S = 15
 KEEPALIVE_S = 15
@@ -72,12 +73,12 @@ class SSHExecutor:
 
     # -- connection -----------------------------------------------------------------------------
     def connect(self) -> paramiko.SSHClient:
-        known = Path("~/.ssh/known_hosts").expanduser()
+        known = Path(known_hosts.KNOWN_HOSTS).expanduser()
         client = paramiko.SSHClient()
-        client.load_system_host_keys()
-        if known.exists():
-            client.load_host_keys(str(known))
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if self.trust_new else paramiko.RejectPolicy())
+        # Read by our loader, never saved by paramiko: the file is only appended to (known_hosts.py).
+        revoked = known_hosts.load(client, known)
+        trust = known_hosts.TrustNew(revoked) if self.trust_new else None
+        client.set_missing_host_key_policy(trust or paramiko.RejectPolicy())
         try:
             client.connect(self.hostname, self.port, self.user, key_filename=self.key or None, allow_agent=True,
                            look_for_keys=True, timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
@@ -91,9 +92,8 @@ class SSHExecutor:
             raise AutotuneError(f"host {self.host}: {error}") from None
         except OSError as error:
             raise AutotuneError(f"host {self.host}: cannot connect ({error})") from None
-        if self.trust_new:
-            known.parent.mkdir(parents=True, exist_ok=True)
-            client.save_host_keys(str(known))
+        if trust is not None:
+            trust.record(known)  # the one new line, appended; nothing else in the file changes
         client.get_transport().set_keepalive(KEEPALIVE_S)
         self.client = client
         return client

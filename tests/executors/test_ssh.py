@@ -214,3 +214,43 @@ def test_the_remote_clean_up_removes_only_the_private_folder_it_made_and_marked(
         assert (folder / "pkg").is_dir() and not (folder / MARKER).exists()
     finally:
         shutil.rmtree(base / name, ignore_errors=True)
+
+
+def test_trust_new_appends_the_one_host_line_and_changes_nothing_else_in_known_hosts(sshd, monkeypatch):
+    from paramiko.hostkeys import HostKeys
+
+    other = " ".join(sshd.known.split()[1:])                       # a well-formed key, for other hosts
+    before = ("# my hosts, by hand\n"
+              f"gpu1.example.org,10.0.0.7 {other}\n"
+              f"{HostKeys.hash_host('gpu2.example.org')} {other}\n"
+              f"@cert-authority *.example.org {other}\n"
+              "\n"
+              f"[gpu3.example.org]:2222 {other}  # trailing comment\n").encode()
+    known = sshd.home / ".ssh" / "known_hosts"
+    known.write_bytes(before)
+    monkeypatch.setenv("HOME", str(sshd.home))
+    executor = SSHExecutor(sshd.host, "trust", trust_new=True, python=sys.executable)
+    try:
+        executor.connect()
+    finally:
+        executor.close()
+    assert known.read_bytes() == before + sshd.known.encode()       # byte for byte, plus one line
+    again = SSHExecutor(sshd.host, "trust", trust_new=True, python=sys.executable)
+    try:
+        again.connect()                                            # known now: checked, nothing appended
+    finally:
+        again.close()
+    assert known.read_bytes() == before + sshd.known.encode()
+    known.write_bytes(before.rstrip(b"\n"))                         # a last line without its newline
+    SSHExecutor(sshd.host, "trust", trust_new=True, python=sys.executable).connect().close()
+    assert known.read_bytes() == before + sshd.known.encode()
+
+
+def test_a_revoked_host_key_is_refused_even_with_trust_new(sshd, monkeypatch):
+    key = " ".join(sshd.known.split()[1:])
+    known = sshd.home / ".ssh" / "known_hosts"
+    known.write_text(f"@revoked * {key}\n{sshd.known}")
+    monkeypatch.setenv("HOME", str(sshd.home))
+    with pytest.raises(AutotuneError, match="revoked"):
+        SSHExecutor(sshd.host, "revoked", trust_new=True, python=sys.executable).connect()
+    assert known.read_text() == f"@revoked * {key}\n{sshd.known}"
