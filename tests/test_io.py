@@ -137,3 +137,32 @@ def test_a_change_to_several_tables_that_fails_on_the_last_keeps_none(tmp_path, 
     assert {p.name: p.read_bytes() for p in (tmp_path / "kb").glob("*.jsonl") if p.read_bytes()} == before
     assert [r["run_id"] for r in Store(tmp_path / "kb").all("runs")] == ["a"]
     assert [r["run_id"] for r in store.all("runs")] == ["a"] and store.all("trials") == []
+
+
+def test_a_tune_that_fills_the_disk_stops_whole_and_resumes(tmp_path, monkeypatch):
+    from conftest import tiny_job
+    from test_resume import FACTORS
+    from test_tuner import TableExecutor
+
+    from autotune.tuner import Tuner
+
+    job, real = tiny_job("max_trials=4", run="r"), os.write
+    folder = RunFolder(tmp_path, "r")
+
+    def full_at_trial_2(fd: int, data: bytes) -> int:
+        if b'"trial": 2' in data and os.readlink(f"/proc/self/fd/{fd}") == str(folder.experiments):
+            count = real(fd, bytes(data[:len(data) // 2]))                   # half a line, then a full disk
+            monkeypatch.setattr(os, "write", lambda fd, data: (_ for _ in ()).throw(
+                OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))))
+            return count
+        return real(fd, data)
+
+    monkeypatch.setattr(os, "write", full_at_trial_2)
+    with pytest.raises(DiskError, match="experiments.jsonl: No space left on device; free space and run "
+                                        "`autotune tune r resume`"):
+        Tuner(job, TableExecutor(FACTORS), tmp_path).run()
+    monkeypatch.setattr(os, "write", real)
+    assert folder.experiments.read_bytes().endswith(b"\n")
+    assert [r["trial"] for r in folder.read_experiments()] == [0, 1]
+    Tuner(job, TableExecutor(FACTORS), tmp_path).run(resume=True)
+    assert [r["trial"] for r in folder.read_experiments()] == [0, 1, 2, 3, 4]
