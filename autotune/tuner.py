@@ -132,6 +132,7 @@ class Tuner:
                        "configs": [{"label": label, "path": str((self.cwd / Path(label).expanduser()).resolve())}
                                    for label in self.job.script_configs],
                        "edits": edits, "args": shlex.split(self.job.script_args),
+                       "expect": self.script.expected(knobs),
                        "exclude": [str(self.folder.path.parent.resolve())], "listing": self.script.listing()},
             "flags": flags, "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max,
             "ceiling": False, "inject_fault": self.inject.get(trial) if kind == "trial" else None,

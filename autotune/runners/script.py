@@ -31,6 +31,13 @@ from typing import Any
 from . import common
 
 
+_is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
+
+
+def _compiling() -> bool:
+    return _is_compiling is not None and _is_compiling()
+
+
 class MeasurementDone(BaseException):
     """Ends the user's script once the measured steps are in (BaseException: scripts catch Exception)."""
 
@@ -126,9 +133,18 @@ class Meter:
         self.loss_reachable = True
         self.trainable = self.frozen = self.params = 0
         self.optimizer: Any = None
+        # What the step was seen to do (script_checks.py): per model call and per optimizer step.
+        self.calls = 0
+        self.step_calls: list[int] = []
+        self.micro_rows: list[int] = []
+        self.widths: list[int] = []
+        self.dtypes: set[str] = set()
+        self.packed = False
 
     # forward hooks --------------------------------------------------------------------------------
     def before(self, module: Any, args: Any) -> None:
+        if _compiling():
+            return  # inside a graph dynamo traces: the hook is a no-op there, so compile runs as without it
         if self.depth == 0:
             size = sum(p.numel() for p in module.parameters())
             if self.root is None or (module is not self.root and size > self._size):
@@ -143,6 +159,8 @@ class Meter:
         self.depth += 1
 
     def after(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        if _compiling():
+            return
         self.depth = max(0, self.depth - 1)
         if module is not self.root or not module.training:
             return
@@ -154,6 +172,7 @@ class Meter:
         mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
         keyed = _row_keys(ids, mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None, positions)
         self.rows += len(keyed)
+        self._observe(module, ids, len(keyed))
         self.tokens += sum(span.stop - span.start for _, span, _ in keyed)
         self.padded += ids.numel()
         step = len(self.ends) + 1
@@ -176,6 +195,21 @@ class Meter:
                 if count:
                     self.losses[key][row_key] = float(shifted[index, inner][valid[index, inner]].sum() / count)
 
+    def _observe(self, module: Any, ids: Any, rows: int) -> None:
+        import torch
+
+        self.calls += 1
+        self.micro_rows.append(rows)
+        self.widths.append(int(ids.shape[1]))
+        self.packed = self.packed or (ids.shape[0] == 1 and rows > 1)
+        device = ids.device.type
+        if torch.is_autocast_enabled(device):
+            self.dtypes.add(str(torch.get_autocast_dtype(device)).removeprefix("torch."))
+        else:
+            weight = next((p for p in module.parameters() if p.is_floating_point()), None)
+            if weight is not None:
+                self.dtypes.add(str(weight.dtype).removeprefix("torch."))
+
     # optimizer hook -------------------------------------------------------------------------------
     def stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         import torch
@@ -193,7 +227,8 @@ class Meter:
         self.step_rows.append(self.rows)
         self.step_tokens.append(self.tokens)
         self.step_padded.append(self.padded)
-        self.rows = self.tokens = self.padded = 0
+        self.step_calls.append(self.calls)
+        self.rows = self.tokens = self.padded = self.calls = 0
         if len(self.ends) >= 2 + self.warmup + self.measure:
             raise MeasurementDone()
 
@@ -209,6 +244,8 @@ def _install(meter: Meter) -> list[Any]:
     from torch.nn.modules import module as nn_module
     from torch.optim import optimizer as optimizer_hooks
 
+    global _is_compiling
+    _is_compiling = torch.compiler.is_compiling
     return [nn_module.register_module_forward_pre_hook(meter.before),
             nn_module.register_module_forward_hook(meter.after, with_kwargs=True, always_call=True),
             optimizer_hooks.register_optimizer_step_post_hook(meter.stepped)]
@@ -276,6 +313,12 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
                   "model_type": getattr(config, "model_type", None) or type(meter.root).__name__},
         "data": {"padding_share": round(1 - sum(tokens) / padded, 4) if padded else None},
     }
+    from .script_checks import mismatch, observed
+
+    measurement["observed"] = observed(meter)
+    wrong = mismatch(spec["script"].get("expect", {}), measurement["observed"], spec["job"].get("max_len"))
+    if wrong:
+        raise TrialFault("invalid", wrong, {"measurement_rejected": measurement})
     if mfu is not None and mfu > 1:
         raise TrialFault("invalid", f"MFU {mfu:.2f} exceeds the measured peak", {"measurement_rejected": measurement})
     return {"measurement": measurement}

@@ -273,6 +273,15 @@ class ScriptAdapter:
                     put(get("pad_to_multiple_of"), self.max_len if knobs.padding == "max_length" else None)
         return files, flags
 
+    def expected(self, knobs: Knobs) -> dict[str, Any]:
+        """What a trial of `knobs` must be seen to do where it differs from the script's own settings
+        (runners/script_checks.py checks it): the changed knobs, and the accumulation that keeps the
+        effective batch when the micro-batch moved."""
+        expect = {knob: getattr(knobs, knob) for knob in self.tryable if getattr(knobs, knob) != getattr(self.start, knob)}
+        if "per_device_train_batch_size" in expect and self.effective_batch:
+            expect["micro_batches_per_step"] = self.effective_batch // knobs.per_device_train_batch_size
+        return expect
+
     def listing(self) -> list[str]:
         """What was found and what will be tried, for the frame and `review`."""
         lines = [f"{s.where} = {s.value!r} -> {s.role}" for s in self.discovery.settings]

@@ -34,7 +34,7 @@ def records(cwd: Path, run: str) -> list[dict]:
 
 @pytest.mark.parametrize("run, words", [
     ("trainer", ["script=examples/byo_script/trainer_yaml.py", "script_configs=examples/byo_script/train.yaml"]),
-    ("loop", ["script=examples/byo_script/plain_loop.py"]),
+    ("loop", ["script=examples/byo_script/plain_loop.py", "script_args=--batch_size 1 --grad_accum 8"]),
 ])
 def test_an_example_script_is_tuned_without_touching_its_files(tmp_path, run, words):
     shutil.copytree(EXAMPLES, tmp_path / "examples" / "byo_script")
@@ -88,6 +88,19 @@ def test_a_crashing_script_gives_a_crash_trial_with_its_stderr(tmp_path):
     crashed = [t for t in records(tmp_path, "crashy") if t["state"] == "crash"]
     assert crashed and crashed[0]["change"].startswith("per_device_train_batch_size=")
     assert "this script breaks with a larger batch" in crashed[0]["reason"] + (crashed[0]["stderr_tail"] or "")
+
+
+def test_an_edit_of_a_config_the_script_never_reads_ends_invalid(tmp_path):
+    # The script takes --batch_size; decoy.yaml says the same names but nothing reads it. Discovery
+    # takes the file (a config beats a default), so the trial's edit lands where it changes nothing.
+    (tmp_path / "crashy.py").write_text(CRASHING)
+    (tmp_path / "decoy.yaml").write_text("batch_size: 1\ngrad_accum: 4\n")
+    done = autotune(tmp_path, "decoy", "script=crashy.py", "script_configs=decoy.yaml", "smoke", "max_trials=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = [t for t in records(tmp_path, "decoy") if t["change"]]
+    assert trials and all(t["state"] == "invalid" for t in trials)
+    assert trials[0]["reason"] == ("the script did not apply per_device_train_batch_size=2: it ran 1 rows per "
+                                   "micro-batch")
 
 
 @pytest.mark.parametrize("words, needle", [

@@ -1,0 +1,66 @@
+"""What a user's script was seen to do in a trial, and whether that is what the trial's edits said.
+
+The forward hooks note, per call of the outermost model: its rows, its width, whether the rows were
+packed (position_ids restarting inside one row), and the dtype it computed in (autocast's, else its
+weights'); the optimizer hook notes the micro-batches per step. The model itself says whether it
+checkpoints and which attention it runs; dynamo's counters say whether anything was compiled.
+An edit the script did not apply (a config file it never reads, a flag it ignores) shows as a
+mismatch, and the trial ends `invalid` with what was seen instead.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from typing import Any
+
+
+def observed(meter: Any) -> dict[str, Any]:
+    inner = getattr(meter.root, "_orig_mod", meter.root)   # a torch.compile wrapper holds the model
+    config = getattr(inner, "config", None)
+    dynamo = sys.modules.get("torch._dynamo.utils")
+    graphs = dynamo.counters["stats"]["unique_graphs"] if dynamo is not None else 0
+    steps = meter.step_calls[1:] or meter.step_calls    # the first step may hold a warm-up call
+    return {
+        "rows_per_micro_batch": max(meter.micro_rows, default=None),
+        "micro_batches_per_step": Counter(steps).most_common(1)[0][0] if steps else None,
+        "compute_dtypes": sorted(meter.dtypes),
+        "compiled": graphs > 0 or type(meter.root).__name__ == "OptimizedModule",
+        "gradient_checkpointing": getattr(inner, "is_gradient_checkpointing", None),
+        "attn_implementation": getattr(config, "_attn_implementation", None),
+        "widths": [min(meter.widths, default=0), max(meter.widths, default=0)],
+        "all_widths_max": bool(meter.widths) and min(meter.widths) == max(meter.widths),
+        "packed": meter.packed,
+    }
+
+
+_DTYPES = {"bf16": {"bfloat16"}, "fp16": {"float16"}, "fp32": {"float32"}, "tf32": {"float32"}}
+
+
+def mismatch(expect: dict[str, Any], seen: dict[str, Any], max_len: int | None) -> str | None:
+    """Why the run does not show the edits in `expect` (knob -> value), or None where it does."""
+    def said(knob: str, value: Any, what: str) -> str:
+        return f"the script did not apply {knob}={value}: {what}"
+
+    for knob, value in expect.items():
+        if knob == "per_device_train_batch_size" and seen["rows_per_micro_batch"] not in (None, value):
+            return said(knob, value, f"it ran {seen['rows_per_micro_batch']} rows per micro-batch")
+        if knob == "micro_batches_per_step" and seen["micro_batches_per_step"] not in (None, value):
+            return f"the script did not apply the accumulation that keeps the effective batch ({value} " \
+                   f"micro-batches per step): it ran {seen['micro_batches_per_step']}"
+        if knob == "precision" and seen["compute_dtypes"] and set(seen["compute_dtypes"]) != _DTYPES[value]:
+            return said(knob, value, f"its model computed in {', '.join(seen['compute_dtypes'])}")
+        if knob == "torch_compile" and seen["compiled"] != value:
+            return said(knob, value, "nothing was compiled" if value else "its model was compiled")
+        if knob == "gradient_checkpointing" and seen["gradient_checkpointing"] not in (None, value):
+            return said(knob, value, f"its model {'does not checkpoint' if value else 'checkpoints'} activations")
+        if knob == "attn_implementation" and seen["attn_implementation"] not in (None, value):
+            return said(knob, value, f"its model runs {seen['attn_implementation']} attention")
+        if knob == "padding" and max_len and not seen["packed"]:
+            if value == "max_length" and seen["widths"][0] < max_len:
+                return said(knob, value, f"its batches were {seen['widths'][0]} to {seen['widths'][1]} tokens wide")
+            if value == "longest" and seen["all_widths_max"] and seen["widths"][1] >= max_len:
+                return said(knob, value, f"every batch was padded to {seen['widths'][1]} tokens")
+        if knob == "padding" and value == "padding_free" and not seen["packed"]:
+            return said(knob, value, "its rows reached the model padded, one per batch row")
+    return None
