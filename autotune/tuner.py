@@ -365,6 +365,16 @@ class Tuner:
                 kept.append(hypothesis)
         return kept, skipped
 
+    def _cannot_apply_here(self, hypothesis: Hypothesis, result: dict[str, Any]) -> None:
+        """A crash that no incumbent can fix (the device, the install) becomes a limit the ranking honours."""
+        from .reasoner.cannot_apply import fixed_reason
+
+        why = fixed_reason(result.get("reason"), result.get("stderr_tail")) if result["state"] == "crash" else None
+        if why and len(hypothesis.changes) == 1:
+            knob, value = hypothesis.changes[0]
+            self.frame_facts.setdefault("limits", []).append(
+                {"knob": knob, "value": value, "reason": f"cannot apply here: {why}"})
+
     def _try(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, base: dict[str, Any],
              floor: float) -> Incumbent:
         """One change: screen on one run, then interleave (incumbent, candidate) and keep it only when
@@ -391,6 +401,7 @@ class Tuner:
             return self._conclude(record, hypothesis, incumbent, knobs, [r["measurement"] for r in complete])
 
         if first["state"] != "complete":
+            self._cannot_apply_here(hypothesis, first)
             return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
         parity_result = self._parity(base, measurement, incumbent, knobs)

@@ -1,0 +1,31 @@
+"""Crashes that no incumbent can fix are told apart from those a configuration causes."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.reasoner.cannot_apply import fixed_reason
+from autotune.tuner import frame_limit
+
+
+@pytest.mark.parametrize("reason, stderr", [
+    ("ValueError: Your setup doesn't support bf16/gpu. You need to assign use_cpu if you want to train the model "
+     "on CPU.", None),
+    ("crash", "Traceback ...\nModuleNotFoundError: No module named 'flash_attn'\n"),
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device", None),
+])
+def test_a_crash_of_the_machine_or_install_is_fixed(reason, stderr):
+    assert fixed_reason(reason, stderr)
+
+
+@pytest.mark.parametrize("reason", ["RuntimeError: this script breaks with a larger batch",
+                                    "CUDA out of memory. Tried to allocate 2.00 GiB", None])
+def test_a_crash_a_configuration_may_cause_is_not(reason):
+    assert fixed_reason(reason) is None
+
+
+def test_the_limit_it_becomes_is_what_the_ranking_checks():
+    why = fixed_reason("ValueError: Your setup doesn't support bf16/gpu.")
+    frame = {"limits": [{"knob": "precision", "value": "bf16", "reason": f"cannot apply here: {why}"}]}
+    assert frame_limit(frame, "precision", "bf16").startswith("cannot apply here: ValueError: Your setup")
+    assert frame_limit(frame, "precision", "fp16") is None
