@@ -152,7 +152,8 @@ class SSHExecutor:
     def _make_remote_run(self, base: str) -> None:
         """`base/RUN`, private to the user (umask 077), with this executor's marker in it. A folder of that
         name that holds no marker was not made by autotune: it is refused, and left as it is."""
-        name, quoted = shlex.quote(self.run_name), shlex.quote(base)
+        # ./RUN: a name that starts with '-' is never read as an option by mkdir or test.
+        name, quoted = shlex.quote(f"./{self.run_name}"), shlex.quote(base)
         try:
             self._exec(f"umask 077 && mkdir -p {quoted} && cd {quoted} && "
                        f"if [ -e {name} ] || [ -L {name} ]; then [ -d {name} ] && [ ! -L {name} ] && "
@@ -170,7 +171,7 @@ class SSHExecutor:
         if self.client is not None and self.remote_run:
             # Checked on the box, where it is removed: a real folder directly in the base, with our token.
             try:
-                name = shlex.quote(check_run_name(self.run_name))
+                name = shlex.quote(f"./{check_run_name(self.run_name)}")
                 self._exec(f"cd {shlex.quote(self.remote_base)} && [ -d {name} ] && [ ! -L {name} ] && "
                            f"[ \"$(cat {name}/{MARKER} 2>/dev/null)\" = {self.token} ] && rm -rf -- {name}")
             except (*_DROPPED, AutotuneError):

@@ -180,10 +180,11 @@ def test_a_run_named_dot_dot_over_ssh_is_refused_before_anything_is_made_or_remo
     assert _listing(here) == before_here and _listing(home) == before_home
 
 
-def test_the_remote_clean_up_removes_only_the_private_folder_it_made_and_marked(trusted):
+@pytest.mark.parametrize("prefix", ["marked", "-marked"])  # a name like an option is still just a name
+def test_the_remote_clean_up_removes_only_the_private_folder_it_made_and_marked(trusted, prefix):
     from autotune.executors.ssh import MARKER
 
-    base, name = _remote_home() / ".autotune-remote", f"marked-{os.getpid()}"
+    base, name = _remote_home() / ".autotune-remote", f"{prefix}-{os.getpid()}"
 
     def prepared() -> SSHExecutor:
         # prepare() without its probe of torch on the box (the smoke tune above runs the whole of it).
