@@ -1,45 +1,66 @@
-"""What measuring costs: the trial harness against a bare training loop on the same model and rows.
+"""What measuring costs: a text trial's instruments inside `trl.SFTTrainer` against a bare `SFTTrainer`.
 
     python -m bench.overhead [--repeats 9] [--measure-steps 6]
 
-Both loops train the same tiny model (the demo preset) on the same seeded rows with the same knobs,
-interleaved (bare, harness, bare, harness, ...) in one process so they share the machine's state.
-Prints the overhead as a ratio of median throughputs, and the A/A noise floor of the harness's own
-repeats on this machine.
+Both train the same tiny model (the demo preset, the same seeded weights each run) on the same rows in
+the same order with the same `SFTConfig` (the knobs below, by `trl_args.knob_fields`): the bare run is
+the installed `trl.SFTTrainer` with sequential sampling over the plan's rows; the instrumented one is
+what a trial runs (the plan's sampler, the `Instruments` callback and hooks: a synchronised clock per
+step, per-row parity losses with dropout off on the first two steps, the step loss). Warm-up is off in
+the plan, so both run the same steps. Each run is timed from `on_train_begin` to `on_train_end`
+(trainer set-up aside), interleaved (bare, instrumented, bare, ...) in one process; the overhead is
+the median of the paired ratios, since adjacent runs share this kind of VM's slow drift.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 
 import torch
+from transformers import TrainerCallback
 
 from autotune.job import job_from_words
 from autotune.knobs import Knobs
-from autotune.probes.stats import noise_floor
 from autotune.probes.timing import relative_spread
-from autotune.runners.batching import collate, step_plan
 from autotune.runners.data import synthetic_rows
+from autotune.runners.instruments import Instruments
 from autotune.runners.models import build_model, resolve_config
-from autotune.runners.train import Engine, run_steps
+from autotune.runners.sft import PlanSampler, make_trainer, sft_config, step_shape, text_plan
 
 
-def bare_loop(engine: Engine, rows: list[list[int]], knobs: dict, job: dict, measured: list[int]) -> float:
-    """Rows per second of a plain loop: collate, forward, backward, step. No timer per step, no loader."""
-    effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
-    steps = step_plan(measured, effective_batch, micro)
-    began = time.perf_counter()
-    for step in steps:
-        targets = sum(len(rows[r]) - 1 for micro_rows in step for r in micro_rows)
-        for micro_rows in step:
-            batch = collate([rows[r] for r in micro_rows], knobs["padding"], job["max_len"], job["pad_id"],
-                            knobs["attn_implementation"])
-            engine.micro_step(batch, targets)
-        engine.optimizer_step()
-    engine.synchronize()
-    return len(steps) * effective_batch / (time.perf_counter() - began)
+class Wall(TrainerCallback):
+    """Two clock readings a run: the training loop's wall time, set-up aside."""
+
+    trainer = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.began = time.perf_counter()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.seconds = time.perf_counter() - self.began
+
+
+def one_run(job: dict, knobs: dict, config, rows: list[list[int]], measure_steps: int, instrumented: bool) -> float:
+    plan = text_plan(rows, knobs, job, measure_steps, warmup_max=0, profile_steps=0)
+    steps = len(plan.parity) + len(plan.measured)
+    wall = Wall()
+    callbacks: list = [wall]
+    sampler = None
+    if instrumented:
+        callbacks.insert(0, Instruments(plan, step_shape(rows, knobs["padding"], job["max_len"]), lambda: None))
+        sampler = PlanSampler(plan)
+    model = build_model(job, knobs, "cpu", config, for_trainer=True)
+    with tempfile.TemporaryDirectory() as out:
+        trainer = make_trainer(model, rows[:steps * job["effective_batch"]], sft_config(knobs, job, "cpu", out, steps),
+                               job, 0, callbacks, sampler)
+        trainer.train()
+    if instrumented:
+        log = callbacks[0].close()
+        assert len(log.times) == measure_steps and len(log.parity["step1"]) == job["effective_batch"]
+    return wall.seconds
 
 
 def main() -> None:
@@ -50,30 +71,23 @@ def main() -> None:
     torch.set_num_threads(1)
     job_obj, _ = job_from_words("bench", ["smoke", "max_len=256", "padding=padding_free",
                                           "per_device_train_batch_size=4"])
-    job = {**job_obj.to_dict(), "pad_id": 0}
+    job = job_obj.to_dict()
     knobs = Knobs.from_dict(job["start"]).to_dict()
     config, _ = resolve_config(job)
     rows = synthetic_rows(job["effective_batch"] * (2 + args.measure_steps), job["max_len"], config.vocab_size, 0)
-    engine = Engine(build_model(job, knobs, "cpu", config), knobs, "cpu")
-    measured = list(range(2 * job["effective_batch"], len(rows)))
-    bare_loop(engine, rows, knobs, job, list(range(2 * job["effective_batch"])))  # warm-up
-    bare, harness, runs = [], [], []
+    one_run(job, knobs, config, rows, args.measure_steps, True)  # warm-up: allocator, first-call costs
+    bare, instrumented = [], []
     for _ in range(args.repeats):
-        bare.append(bare_loop(engine, rows, knobs, job, measured))
-        log = run_steps(engine, rows, knobs, job, args.measure_steps, warmup_max=3)
-        harness.append(log.measured_rows / sum(log.times))
-        runs.append(log.times)
-    # Adjacent runs share the machine's slow drift (this kind of VM wanders by +-15%), so the ratio of
-    # each bare run to the harness run right after it is steadier than a ratio of overall medians.
-    ratio = statistics.median(b / h for b, h in zip(bare, harness))
-    spread = relative_spread(harness)
-    print(f"model {config.model_type} {sum(p.numel() for p in engine.model.parameters()):,} params, "
-          f"{job['effective_batch']} rows/step, max_len {job['max_len']}, 1 CPU thread, {args.repeats} repeats")
-    print(f"bare loop  median {statistics.median(bare):8.2f} rows/s   runs {[round(x, 2) for x in bare]}")
-    print(f"harness    median {statistics.median(harness):8.2f} rows/s   runs {[round(x, 2) for x in harness]}")
-    print(f"harness overhead: median of paired bare/harness = {ratio:.4f} ({(ratio - 1):+.2%}; target under +2%)")
-    print(f"A/A spread of the harness repeats (max-min)/median: {spread:.2%}")
-    print(f"A/A noise floor of the harness repeats (autotune.probes.stats.noise_floor): {noise_floor(runs):.2%}")
+        bare.append(one_run(job, knobs, config, rows, args.measure_steps, False))
+        instrumented.append(one_run(job, knobs, config, rows, args.measure_steps, True))
+    ratio = statistics.median(i / b for b, i in zip(bare, instrumented))
+    print(f"model {config.model_type}, {job['effective_batch']} rows/step, max_len {job['max_len']}, "
+          f"{2 + args.measure_steps} steps a run, 1 CPU thread, {args.repeats} repeats, knobs {knobs['padding']} "
+          f"x{knobs['per_device_train_batch_size']}")
+    print(f"bare SFTTrainer     median {statistics.median(bare):7.3f} s   runs {[round(x, 3) for x in bare]}")
+    print(f"with instruments    median {statistics.median(instrumented):7.3f} s   runs {[round(x, 3) for x in instrumented]}")
+    print(f"instrument overhead: median of paired instrumented/bare = {ratio:.4f} ({ratio - 1:+.2%}; target under +2%)")
+    print(f"A/A spread of the bare runs (max-min)/median: {relative_spread(bare):.2%}")
 
 
 if __name__ == "__main__":

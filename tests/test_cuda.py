@@ -82,3 +82,35 @@ def test_an_allocation_failure_on_the_card_is_an_oom_state(frames):
     spec = {**make_spec(folder, job=job, inject_fault="oom"), "runner": "mlp"}
     result = run(folder, spec, "oom")
     assert result["state"] == "oom", result
+
+
+def test_text_trials_train_inside_sft_trainer_on_the_card(frames):
+    """bf16 autocast, padding-free with flash-attention varlen (TRL's collator passes cu_seq_lens),
+    torch.compile through the trainer's dynamo plugin and fused AdamW: each a complete trial inside
+    trl.SFTTrainer that trains the rows the fp32 padded baseline trains."""
+    device = frames["hf"][2]["device"]
+    base = trial(frames, "hf", "sft-fp32")
+    assert base["state"] == "complete", base
+    assert base["measurement"]["env"]["trainer"].startswith("trl.SFTTrainer")
+    configs = {"bf16-fused": dict(precision="bf16", optim="adamw_torch_fused", per_device_train_batch_size=4),
+               "bf16-compiled": dict(precision="bf16", torch_compile=True, per_device_train_batch_size=2)}
+    if device.get("flash_attn"):
+        configs["bf16-flash-packed"] = dict(precision="bf16", attn_implementation="flash_attention_2",
+                                            padding="padding_free", per_device_train_batch_size=4)
+    for name, knobs in configs.items():
+        result = trial(frames, "hf", name, **knobs)
+        assert result["state"] == "complete", (name, result)
+        measurement = result["measurement"]
+        assert 0 < measurement["mfu"] < 1 and measurement["ceiling"]["fits"], (name, measurement)
+        assert measurement["breakdown"]["forward_share"] > 0, (name, measurement["breakdown"])
+        check = parity.compare(base["measurement"]["parity_losses"], measurement["parity_losses"],
+                               parity.tolerance("fp32", "bf16"))
+        assert check["ok"], (name, check)
+    if not device.get("flash_attn"):
+        pytest.skip("flash_attn is not installed: the flash-attention padding-free trial did not run")
+
+
+def test_fp16_loss_scaling_runs_inside_sft_trainer_on_the_card(frames):
+    result = trial(frames, "hf", "sft-fp16", precision="fp16", per_device_train_batch_size=4)
+    assert result["state"] == "complete", result
+    assert result["measurement"]["ceiling"]["fits"]

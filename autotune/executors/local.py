@@ -21,7 +21,9 @@ from ..io import write_json_atomic
 from ..runners.common import OWNER_ENV, STDERR_TAIL, run_forked
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.mlp",
-           "autotune.runners.train", "autotune.runners.models"]
+           "autotune.runners.train", "autotune.runners.models",
+           # Text trials train inside trl.SFTTrainer: trl, datasets and the trainer's modules load once here.
+           "trl", "datasets", "autotune.runners.sft", "autotune.runners.instruments"]
 _fork_server = None
 
 

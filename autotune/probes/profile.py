@@ -20,9 +20,11 @@ class PhaseTimer:
         self._steps = 0
         self._last = 0.0
 
-    def start(self) -> None:
+    def start(self, at: float | None = None) -> None:
+        """From now, or from `at` (a `perf_counter` reading taken earlier: a step that began before the
+        timer could be told)."""
         self._synchronize()
-        self._last = time.perf_counter()
+        self._last = time.perf_counter() if at is None else at
 
     def mark(self, phase: str) -> None:
         """The time since the previous mark belongs to `phase`."""

@@ -56,8 +56,9 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dict[str, Any],
              vision: Any = None) -> dict[str, Any]:
-    """One full optimizer step on a micro-batch of max_len rows, in a model of its own, before anything
-    is timed: a config that cannot survive its worst batch is `oom` without spending a measurement."""
+    """Two full optimizer steps on micro-batches of max_len rows, in a model (and, for text, a trainer) of
+    its own, before anything is timed: a config that cannot survive its worst batch is `oom` without
+    spending a measurement."""
     import gc
 
     import torch
@@ -69,9 +70,17 @@ def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dic
 
     knobs = spec["knobs"]
     limit = memory.limit_bytes(memory_total(device), job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN))
-    engine = Engine(build_model(job, knobs, device, load_config(Path(spec["model_config_path"]))), knobs, device)
-    reading = worst_case_peak(engine, knobs, job, stored["vocab_size"], vision, stored["rows"])
-    del engine
+    config = load_config(Path(spec["model_config_path"]))
+    if vision is None:
+        from .sft import worst_case_peak as sft_peak
+
+        model = build_model(job, knobs, device, config, for_trainer=True)
+        reading = sft_peak(job, knobs, device, model, stored["vocab_size"], stored["pad_id"])
+        del model
+    else:
+        engine = Engine(build_model(job, knobs, device, config), knobs, device)
+        reading = worst_case_peak(engine, knobs, job, stored["vocab_size"], vision, stored["rows"])
+        del engine
     gc.collect()
     if device == "cuda":  # CUDA-only
         torch.cuda.empty_cache()
@@ -99,6 +108,8 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     config = load_config(Path(spec["model_config_path"]))
     vision = vision_rows(job, knobs, config, stored, Path(spec["rows_path"]))
     ceiling = _ceiling(spec, job, device, stored, vision) if spec.get("ceiling") else None
+    if vision is None:
+        return _text_trial(spec, job, knobs, device, stored, config, ceiling)
     model = build_model(job, knobs, device, config)
     if spec.get("leak_packed_rows"):
         # What Trainer + DataCollatorWithFlattening run: the model's default config, cache on, so the
@@ -116,16 +127,53 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     peak = memory.read_peak(device)
     first = 2 * job["effective_batch"]
     measured = range(first, first + log.measured_rows)
-    if vision is None:
-        window_flops = flops.step_flops(flops.matmul_params(model), flops.attention_shape(config),
-                                        [len(stored["rows"][r]) for r in measured], knobs["gradient_checkpointing"])
-    else:
-        from .vision_frame import vlm_flops
+    from .vision_frame import vlm_flops
 
-        window_flops = vlm_flops(model, config, vision, stored["rows"], measured, knobs["gradient_checkpointing"])
+    window_flops = vlm_flops(model, config, vision, stored["rows"], measured, knobs["gradient_checkpointing"])
     peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
     measurement = measurement_of(device, log, window_flops, peak_flops, peak, sampler.summary(), ceiling)
     return accepted(job, spec, log, measurement)
+
+
+def _text_trial(spec: dict[str, Any], job: dict[str, Any], knobs: dict[str, Any], device: str,
+                stored: dict[str, Any], config: Any, ceiling: dict[str, Any] | None) -> dict[str, Any]:
+    """A text model's trial: the plan's steps inside `trl.SFTTrainer`, read by autotune's instruments."""
+    import trl
+
+    from ..probes import flops, memory, nvml
+    from .instruments import Instruments
+    from .models import build_model
+    from .sft import step_shape, text_plan, train_planned
+    from .train import accepted, measurement_of
+
+    rows = stored["rows"]
+    plan = text_plan(rows, knobs, job, spec["measure_steps"], spec["warmup_max"], spec.get("profile_steps", 0))
+    model = build_model(job, knobs, device, config, for_trainer=True)
+    synchronize = torch_synchronize(device)
+    memory.reset_peak(device)
+    sampler = nvml.Sampler(device).start()
+    instruments = Instruments(plan, step_shape(rows, knobs["padding"], job["max_len"]), synchronize,
+                              spec.get("inject_fault"), sampler, spec.get("leak_packed_rows", False))
+    try:
+        trainer = train_planned(model, rows, knobs, job, device, plan, instruments, stored["pad_id"])
+    finally:
+        log = instruments.close()
+        sampler.stop()
+    peak = memory.read_peak(device)
+    first = 2 * job["effective_batch"]
+    window_flops = flops.step_flops(flops.matmul_params(trainer.model), flops.attention_shape(config),
+                                    [len(rows[r]) for r in range(first, first + log.measured_rows)],
+                                    knobs["gradient_checkpointing"])
+    peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
+    measurement = measurement_of(device, log, window_flops, peak_flops, peak, sampler.summary(), ceiling)
+    measurement["env"].update(trainer=f"trl.SFTTrainer {trl.__version__}")
+    return accepted(job, spec, log, measurement)
+
+
+def torch_synchronize(device: str) -> Any:
+    import torch
+
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)  # CUDA-only
 
 
 def entry(spec_path: Path, result_path: Path) -> int:

@@ -83,8 +83,12 @@ def load_config(path: Path) -> Any:
     return _config_from_dict(json.loads(Path(path).read_text()))
 
 
-def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config: Any) -> torch.nn.Module:
-    """Same initial weights in every trial of a run: seeded construction, seeded LoRA init."""
+def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config: Any,
+                for_trainer: bool = False) -> torch.nn.Module:
+    """Same initial weights in every trial of a run: seeded construction, seeded LoRA init.
+
+    `for_trainer`: the bare model for `trl.SFTTrainer`, which turns on checkpointing and wraps LoRA itself
+    from its config, as it does for a user."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     from .vision import is_vlm
@@ -99,6 +103,8 @@ def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config:
         model = auto.from_pretrained(job["model"], config=config, dtype=torch.float32,
                                      attn_implementation=knobs["attn_implementation"])
     model.config.use_cache = False
+    if for_trainer:
+        return model.to(device)
     if knobs["gradient_checkpointing"]:
         # transformers renamed gradient_checkpointing_enable in 5.2x; earlier 5.x releases have only the old name.
         enable = getattr(model, "activation_checkpointing_enable", None)

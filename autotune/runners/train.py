@@ -20,17 +20,10 @@ from ..probes.profile import PhaseTimer
 from ..probes.timing import StepTimer, warmed_up
 from .batching import IGNORE, collate, group_by_length, row_targets, step_plan, worst_case_rows
 from .common import as_is, loader_context
+from .steps import Plan, StepLog, TrialFault, accepted, measurement_of  # noqa: F401 - re-exported for the runners
 
 LEARNING_RATE = 1e-4
 MAX_GRAD_NORM = 1.0
-
-
-class TrialFault(Exception):
-    """An expected end of a trial: carries the state (oom, invalid) and the reason."""
-
-    def __init__(self, state: str, reason: str, details: dict[str, Any] | None = None) -> None:
-        super().__init__(reason)
-        self.state, self.reason, self.details = state, reason, details or {}
 
 
 def is_oom(error: BaseException) -> bool:
@@ -39,38 +32,6 @@ def is_oom(error: BaseException) -> bool:
     text = str(error).lower()
     return isinstance(error, (RuntimeError, MemoryError)) and (
         "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError))
-
-
-@dataclass
-class Plan:
-    """Which micro-batches run, in order: two parity steps, warm-up until settled, measured steps."""
-
-    parity: list[list[list[int]]]
-    measured: list[list[list[int]]]
-    warmup_max: int
-    profile_steps: int = 0
-    warm: bool = False
-    warmup_run: int = 0
-
-    def items(self, targets_per_row: list[int]) -> Iterator[tuple]:
-        def emit(kind: str, index: int, step: list[list[int]]):
-            targets = sum(targets_per_row[r] for micro in step for r in micro)
-            for micro in step:
-                yield (kind, index, tuple(micro), targets)
-
-        for index, step in enumerate(self.parity):
-            yield from emit("parity", index, step)
-        # Checked between whole steps: with loader workers prefetching (up to 4 micro-batches each), a few
-        # more warm-up steps may run than strictly needed, never a partial one.
-        # Warm-up repeats the last parity step: settling is judged on consecutive steps of the same rows,
-        # which rows of other lengths or images (alternating steps) would never show.
-        while not self.warm and self.warmup_run < self.warmup_max:
-            yield from emit("warmup", self.warmup_run, self.parity[-1])
-            self.warmup_run += 1
-        for index, step in enumerate(self.measured):
-            yield from emit("measured", index, step)
-        for index in range(self.profile_steps):
-            yield from emit("profile", index, self.parity[index % len(self.parity)])
 
 
 class MicroBatches(torch.utils.data.Dataset):
@@ -102,19 +63,6 @@ class MicroBatches(torch.utils.data.Dataset):
 
                 pack_vision(batch, self.vision.vision, rows, pixels)
         return batch
-
-
-@dataclass
-class StepLog:
-    times: list[float] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    warmup_times: list[float] = field(default_factory=list)
-    parity: dict[str, list[float]] = field(default_factory=dict)
-    losses: list[float] = field(default_factory=list)
-    measured_rows: int = 0
-    padded_tokens: int = 0
-    phases: dict[str, float] = field(default_factory=dict)
-    profile_steps: int = 0
 
 
 class Engine:
@@ -365,55 +313,3 @@ def two_full_steps(engine: Any, batch: Any, accumulated: int, targets: int) -> N
     engine.synchronize()
     if real_steps < 2:
         raise TrialFault("invalid", "fp16 loss scaling skipped every worst-case step; the ceiling is unknown")
-
-
-def accepted(job: dict[str, Any], spec: dict[str, Any], log: StepLog, measurement: dict[str, Any]) -> dict[str, Any]:
-    """The trial's result, unless its window is impossible (wrong rows, timings no clock gives, MFU over
-    the measured peak) or the device slowed itself during it (then it is measured once more)."""
-    from ..probes.stats import impossible
-
-    expected_rows = job["effective_batch"] * spec["measure_steps"]
-    mfu = measurement.get("mfu")
-    problem = (f"the measured window trained {log.measured_rows} rows, not {expected_rows}"
-               if log.measured_rows != expected_rows else impossible(log.times))
-    if problem is None and mfu is not None and mfu > 1:
-        problem = f"MFU {mfu:.2f} exceeds the measured peak: the timing or the peak is wrong"
-    if problem:
-        raise TrialFault("invalid", problem, {"measurement_rejected": measurement})
-    throttled = (measurement["nvml"] or {}).get("throttle_reasons")
-    if throttled:
-        raise TrialFault("invalid", f"the device slowed itself during the window ({', '.join(throttled)})",
-                         {"measurement_rejected": measurement, "remeasure": True})
-    return {"measurement": measurement}
-
-
-def measurement_of(device: str, log: StepLog, window_flops: dict[str, float], peak_flops: float | None,
-                   peak_memory: dict[str, Any], nvml: dict[str, Any] | None,
-                   ceiling: dict[str, Any] | None) -> dict[str, Any]:
-    """A trial's measurement from its step log: rows and real tokens over the measured seconds (every
-    trial times the same rows, so totals compare fairly even where a knob reorders rows between steps),
-    MFU/HFU against the measured peak, where the time went."""
-    import os
-
-    from ..probes import flops, profile
-    from ..probes.timing import median
-
-    seconds = sum(log.times)
-    utilisation = {name: flops.mfu(window_flops[kind], seconds, peak_flops) if peak_flops and seconds > 0 else None
-                   for name, kind in (("mfu", "model"), ("hfu", "hardware"))}
-    measurement: dict[str, Any] = {
-        "device": device,
-        "samples_per_s": log.measured_rows / seconds if seconds > 0 else 0.0,
-        "tokens_per_s": sum(log.tokens) / seconds if seconds > 0 else 0.0,
-        "median_step_s": median(log.times), "step_times_s": [round(t, 6) for t in log.times],
-        "warmup_times_s": [round(t, 6) for t in log.warmup_times], "real_tokens_per_step": log.tokens,
-        "model_flops": window_flops["model"], "hardware_flops": window_flops["hardware"],
-        **utilisation, "peak_flops": peak_flops, "peak_memory": peak_memory,
-        "parity_losses": log.parity, "final_loss": log.losses[-1],
-        "breakdown": profile.breakdown(log.phases, log.padded_tokens, sum(log.tokens)), "nvml": nvml,
-        "env": {"torch": torch.__version__, "threads": torch.get_num_threads(),
-                "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")},
-    }
-    if ceiling:
-        measurement["ceiling"] = ceiling
-    return measurement

@@ -136,3 +136,47 @@ def test_an_mfu_above_one_is_an_impossible_reading(tmp_path, framed):
     result = run_runner(tmp_path, make_spec(tmp_path, peaks=peaks), "impossible")
     assert result["state"] == "invalid", result
     assert "MFU" in result["reason"] and result["measurement_rejected"]["mfu"] > 1
+
+
+def test_parity_reads_with_dropout_off_and_the_timed_steps_keep_it(tmp_path):
+    """A GPT-2 style model with dropout 0.1: micro-batch 1 and 2 train the same thing, and parity says so
+    (its two steps run with every dropout at 0); the steps after them train with the model's dropout,
+    so their losses differ between the two splits (other masks) by more than parity's fp32 tolerance."""
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    folder = tmp_path / "gpt2"
+    config = GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=2)
+    assert config.resid_pdrop == config.attn_pdrop == config.embd_pdrop == 0.1
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    from autotune.job import job_from_words
+
+    job, _ = job_from_words("t", [f"model={folder}", "dataset=synthetic", "max_len=32", "effective_batch=4"])
+    frame = run_runner(tmp_path, make_spec(tmp_path, "frame", job=job), "frame")
+    assert frame["state"] == "complete", frame
+    results = {micro: run_runner(tmp_path, make_spec(tmp_path, job=job, knobs=job.start.with_change(
+        "per_device_train_batch_size", micro)), f"micro{micro}")["measurement"] for micro in (1, 2)}
+    verdict = parity.compare(results[1]["parity_losses"], results[2]["parity_losses"], parity.tolerance("fp32", "fp32"))
+    assert verdict["ok"], verdict
+    first, second = results[1]["final_loss"], results[2]["final_loss"]
+    assert abs(first - second) > parity.tolerance("fp32", "fp32") * abs(first), (first, second)
+
+
+def test_group_by_length_orders_the_measured_rows_as_the_trainer_does():
+    """The measured rows are the same set, in the order of transformers' LengthGroupedSampler (seeded:
+    every grouping trial sees one order); the parity steps keep the frame's order."""
+    import torch
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from autotune.runners.sft import text_plan
+
+    rows = [[5] * (2 + (7 * i) % 60) for i in range(4 * 6)]
+    job = {"effective_batch": 4, "seed": 0}
+    knobs = {"per_device_train_batch_size": 2, "group_by_length": False}
+    plain = text_plan(rows, knobs, job, 3, 2, 0)
+    grouped = text_plan(rows, {**knobs, "group_by_length": True}, job, 3, 2, 0)
+    flat = [[r for micro in step for r in micro] for step in grouped.measured]
+    measured = list(range(8, 20))
+    assert grouped.parity == plain.parity and sorted(sum(flat, [])) == measured
+    order = list(LengthGroupedSampler(4, lengths=[len(rows[r]) for r in measured],
+                                      generator=torch.Generator().manual_seed(0)))
+    assert sum(flat, []) == [measured[i] for i in order] != measured
