@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import signal
 import socket
@@ -153,13 +154,19 @@ def _remote_home() -> Path:
     return Path(pwd.getpwuid(os.getuid()).pw_dir)               # the sshd session's HOME, not the test's
 
 
-def _listing(folder: Path) -> dict[str, int]:
-    """The names in `folder` and, for ~/.autotune-remote, everything under it, with their mtimes."""
-    listing = {p.name: p.lstat().st_mtime_ns for p in folder.iterdir()}
+def _listing(folder: Path) -> dict[str, set[str]]:
+    """The names in `folder` and in its ~/.autotune-remote: a remote run folder that escaped to one of them
+    would add its own (pkg, frame, trials) there, and its clean-up would take names away."""
     base = folder / ".autotune-remote"
-    if base.exists():
-        listing.update({str(p): p.lstat().st_mtime_ns for p in base.rglob("*")})
-    return listing
+    return {"home": {p.name for p in folder.iterdir()}, "base": {p.name for p in base.iterdir()} if base.is_dir() else set()}
+
+
+def _unchanged(before: dict[str, set[str]], after: dict[str, set[str]]) -> bool:
+    # Nothing of the home gone (an escaped clean-up removes the home, or ~/.autotune-remote in it), and none
+    # of a run folder's names added; other names may come and go with other tunes on this machine meanwhile.
+    ours = re.compile(r"pkg|frame|\d{3}-\d{3}|\.made-by-autotune|job\.json|trials")
+    return before["home"] <= after["home"] and not any(
+        ours.fullmatch(name) for key in before for name in after[key] - before[key])
 
 
 @pytest.mark.parametrize("run", ["..", "."])
@@ -177,7 +184,8 @@ def test_a_run_named_dot_dot_over_ssh_is_refused_before_anything_is_made_or_remo
     assert len(err.splitlines()) == 1 and "run name" in err and "Traceback" not in err, err
     with pytest.raises(JobError, match="run name"):               # the executor refuses it too, before connecting
         SSHExecutor(trusted.host, run, python=sys.executable)
-    assert _listing(here) == before_here and _listing(home) == before_home
+    assert _unchanged(before_here, _listing(here)) and _unchanged(before_home, _listing(home))
+    assert _listing(here) == before_here                          # here, nothing else runs: nothing at all
 
 
 @pytest.mark.parametrize("prefix", ["marked", "-marked"])  # a name like an option is still just a name
