@@ -17,8 +17,7 @@ from typing import Any, Iterator
 from .errors import JobError, RecordError
 from .kb.beliefs import Beliefs
 from .kb.claims import Claim, Evidence, Update
-from .kb.folder import kb_folder
-from .kb.store import InvalidRecordError, Store
+from .kb.store import InvalidRecordError
 
 TABLES = ("runs", "trials", "claims", "claim_history")
 
@@ -130,7 +129,9 @@ def kb_import(args: argparse.Namespace) -> int:
         imported = {c.id: c for c in (Claim.from_definition(d) for d in data.get("claims", []))}
     except (RecordError, KeyError, TypeError, ValueError, AttributeError) as error:
         raise JobError(f"kb import: {path}: a claim definition is not valid ({error}); nothing was written") from None
-    store = Store(kb_folder(args.kb or ""))
+    from .kb_commands import _store  # the one place that checks --kb (kb_commands imports this module)
+
+    store = _store(args, writing=True)
     beliefs = Beliefs(store)
     updates, unknown = _updates(data, path, imported, beliefs)
     new_claims = [c for c in imported.values() if c.id not in beliefs]
