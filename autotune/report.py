@@ -33,52 +33,6 @@ def write_results_tsv(folder: RunFolder, records: list[dict[str, Any]]) -> None:
     folder.results.write_text("\n".join(lines) + "\n")
 
 
-def trainer_kwargs(job: Job, knobs: Knobs) -> dict[str, dict[str, Any]]:
-    """The best config in the names `TrainingArguments`, TRL `SFTConfig` and `from_pretrained` take."""
-    args: dict[str, Any] = {
-        "per_device_train_batch_size": knobs.per_device_train_batch_size,
-        "gradient_accumulation_steps": knobs.accumulation(job.effective_batch),
-    }
-    # Every setting is explicit: TRL's SFTConfig turns bf16 and gradient checkpointing on by default and
-    # TrainingArguments pins memory by default, so an omitted False would train something slower.
-    for precision in ("bf16", "fp16", "tf32"):
-        args[precision] = knobs.precision == precision
-    for name in ("gradient_checkpointing", "torch_compile", "dataloader_pin_memory"):
-        args[name] = getattr(knobs, name)
-    args["dataloader_num_workers"] = knobs.dataloader_num_workers
-    args["optim"] = knobs.optim
-    if knobs.group_by_length:
-        args["train_sampling_strategy"] = "group_by_length"
-    sft = {"max_length": job.max_len}
-    if knobs.padding == "padding_free":
-        sft["padding_free"] = True
-    elif knobs.padding == "max_length":
-        sft["pad_to_multiple_of"] = job.max_len
-    # Trials load fp32 master weights (mixed precision is autocast), as TRL's default dtype does;
-    # transformers' own default ("auto") would load bf16 weights and train something else.
-    load = {"attn_implementation": knobs.attn_implementation, "dtype": "float32"}
-    if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2":
-        # Without a cache, transformers builds a block-diagonal mask from restarting position_ids;
-        # with one (the default config), packed rows attend to each other.
-        load["use_cache"] = False
-    return {"training_arguments": args, "sft_config": sft, "from_pretrained": load}
-
-
-def trl_command(job: Job, knobs: Knobs) -> str:
-    kwargs = trainer_kwargs(job, knobs)
-    words = ["trl", "sft", "--model_name_or_path", job.model, "--dataset_name", job.dataset.split(":")[0]]
-    if ":" in job.dataset:
-        words += ["--dataset_config", job.dataset.split(":", 1)[1]]
-    load = dict(kwargs["from_pretrained"])
-    merged = {**kwargs["sft_config"], **kwargs["training_arguments"], "attn_implementation": load.pop("attn_implementation"),
-              "dtype": load.pop("dtype")}
-    if job.method == "lora":
-        merged["use_peft"] = True
-    for name, value in merged.items():
-        words += [f"--{name}", str(value)]
-    return shlex.join(words)
-
-
 def _packed_vlm_note(knobs: Knobs, vlm: str) -> str:
     """What the built-in runner did for packed image-text rows, which TRL does not offer."""
     mrope = (" and the model's M-RoPE positions computed per row with its `get_rope_index`, concatenated and "
@@ -112,12 +66,6 @@ def caveats(knobs: Knobs, vlm: str | None = None) -> list[str]:
         notes.append("freeze_vision_tower was measured with the vision tower run without autograd (its parameters "
                      "frozen). TrainingArguments has no such setting: set `requires_grad_(False)` on the tower and "
                      "run it under `torch.no_grad()`, or keep LoRA off its layers.")
-    if knobs.padding == "padding_free" and knobs.attn_implementation != "flash_attention_2" and not vlm:
-        notes.append("padding_free was measured with a block-diagonal attention mask (rows never see each other). "
-                     "TRL's padding-free collator passes only position_ids, which keeps rows apart with sdpa or "
-                     "eager only when the model runs without a cache. The `trl sft` command cannot say that: "
-                     "load the model yourself with the from_pretrained arguments above (use_cache=False) and "
-                     "pass it to SFTTrainer, or use flash_attention_2 (TRL documents padding_free for it only).")
     return notes
 
 
@@ -143,7 +91,10 @@ def _remeasure_command(job: Job, knobs: Knobs) -> str:
     return shlex.join([*words, "max_trials=1"])
 
 
-def best_config(job: Job, knobs: Knobs, script: Any = None, vlm: str | None = None) -> dict[str, Any]:
+def best_config(job: Job, knobs: Knobs, script: Any = None, vlm: str | None = None,
+                handover: dict[str, Any] | None = None, folder_path: Any = None) -> dict[str, Any]:
+    """What best_config.json holds; for a Hugging Face text job, `handover`: the best file's keyword
+    arguments (`kwargs`) and the realized line (`summary`), and `folder_path`: where the files are."""
     if job.is_mlp:
         return {"schema_version": 1, "knobs": knobs.to_dict(), "pytorch_loop": loop_settings(job, knobs),
                 "command": _remeasure_command(job, knobs), "caveats": []}
@@ -156,8 +107,12 @@ def best_config(job: Job, knobs: Knobs, script: Any = None, vlm: str | None = No
         return {"schema_version": 1, "knobs": knobs.to_dict(), "config_edits": {
             label: {".".join(path): value for path, value in changes} for label, changes in edits.items()},
             "command": " ".join(shlex.quote(w) for w in words), "caveats": []}
-    return {"schema_version": 1, "knobs": knobs.to_dict(), **trainer_kwargs(job, knobs),
-            "command": trl_command(job, knobs), "caveats": caveats(knobs, vlm)}
+    from .export import FILES, command
+
+    kwargs = handover["kwargs"]
+    return {"schema_version": 1, "knobs": knobs.to_dict(), "files": {k: str(folder_path / v) for k, v in FILES.items()},
+            **kwargs, "realized": handover["summary"], "command": command(folder_path / FILES["best"]),
+            "caveats": caveats(knobs, vlm)}
 
 
 def _vlm_type(folder: RunFolder) -> str | None:
@@ -169,7 +124,20 @@ def _vlm_type(folder: RunFolder) -> str | None:
 
 
 def write_best_config(folder: RunFolder, job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
-    config = best_config(job, knobs, script, _vlm_type(folder))
+    """best_config.json; for a Hugging Face text job also baseline_config.yaml and best_config.yaml, the
+    files the hand-over step ran (realized.json): its best when TRL refused the loop's."""
+    handover = None
+    if not job.is_mlp and script is None:
+        from . import realize
+        from .export import write_files
+
+        record = realize.read(folder)
+        if record and record.get("best_knobs"):
+            knobs = Knobs.from_dict(record["best_knobs"])
+        frame = json.loads(folder.frame.read_text()) if folder.frame.exists() else {}
+        cpu = (frame.get("device") or {}).get("kind") != "cuda"
+        handover = {"kwargs": write_files(folder, job, knobs.to_dict(), record, cpu), "summary": realize.summary(record)}
+    config = best_config(job, knobs, script, _vlm_type(folder), handover, folder.path)
     write_json_atomic(folder.best, config)
     return config
 
@@ -312,6 +280,15 @@ def _parallel_lines(parallel: dict[str, Any] | None, records: list[dict[str, Any
             "replaced)"]
 
 
+def _realized_lines(config: dict[str, Any]) -> list[str]:
+    """The realized speed-up in `trl sft` beside the loop's, with how it was measured."""
+    if not config.get("realized"):
+        return []
+    return [f"- {config['realized']}; each file ran N and 2N optimizer steps in `trl sft`, baseline and best in "
+            "turn on the run's rows, and its speed is N steps' rows over the difference of TRL's train_runtime "
+            "(start-up and compilation cancel out)" if "**x" in config["realized"] else f"- {config['realized']}"]
+
+
 def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
     baseline = outcome.baseline["samples_per_s"]
     best = outcome.best_speed
@@ -330,7 +307,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}{_other_card(outcome)}), "
               f"**x{outcome.speedup:.2f}** the baseline by the chain of interleaved comparisons of the kept changes"
               + _chain_interval(outcome.records),
-              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s"]
+              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s"] + _realized_lines(config)
     lines += _parallel_lines(getattr(outcome, "parallel", None), outcome.records) + ["", "## Plots", ""]
     from .plots import write_plots
 
@@ -368,10 +345,12 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
         lines += [f"{call}: {value}" for call, value in config["pytorch_loop"].items()]
         lines += ["```", "", "Measure it again:", "", "```bash", config["command"], "```"]
     else:
-        lines += ["", "## Best config", "", "TrainingArguments / SFTConfig keyword arguments:", "", "```python",
-                  f"TrainingArguments(**{config['training_arguments']})",
-                  f"SFTConfig(**{{**{config['training_arguments']}, **{config['sft_config']}}})",
-                  f"AutoModelForCausalLM.from_pretrained(model, **{config['from_pretrained']})", "```", "",
-                  "Ready to run:", "", "```bash", config["command"], "```"]
+        lines += ["", "## Best config", "", f"`{config['files']['best']}` (the baseline's: "
+                  f"`{config['files']['baseline']}`), and the same as keyword arguments:", "", "```python",
+                  f"SFTConfig(**{config['sft_config']})",
+                  f"AutoModelForCausalLM.from_pretrained({config['model']!r}, **{config['from_pretrained']})"]
+        if "lora_config" in config:
+            lines.append(f"peft.LoraConfig(**{config['lora_config']})")
+        lines += ["```", "", "Ready to run:", "", "```bash", config["command"], "```"]
     lines += [f"\nNote: {note}" for note in config["caveats"]]
     folder.report.write_text("\n".join(lines) + "\n")

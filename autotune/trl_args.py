@@ -82,6 +82,28 @@ def model_init_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return {"attn_implementation": knobs["attn_implementation"], "dtype": "float32"}
 
 
-def lora_kwargs() -> dict[str, Any]:
-    """`peft.LoraConfig` arguments of the adapter the trials trained."""
-    return {"task_type": "CAUSAL_LM", **LORA_SETTINGS}
+def lora_kwargs(target_modules: list[str] | None = None) -> dict[str, Any]:
+    """`peft.LoraConfig` arguments of the adapter the trials trained; `target_modules`: the module names
+    "all-linear" resolved to on this model (what a file hands over, exact whatever peft's shorthand does)."""
+    settings = dict(LORA_SETTINGS, target_modules=target_modules) if target_modules else LORA_SETTINGS
+    return {"task_type": "CAUSAL_LM", **settings}
+
+
+# `trl sft` reads the model's load arguments and the adapter from its ModelConfig, under these names.
+MODEL_KEYS = ("model_name_or_path", "dtype", "attn_implementation", "use_peft", "lora_r", "lora_alpha",
+              "lora_dropout", "lora_target_modules", "lora_task_type")
+# ...and the dataset from its ScriptArguments / DatasetMixtureConfig.
+DATA_KEYS = ("dataset_name", "dataset_config", "datasets")
+
+
+def model_fields(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """`model_init_kwargs` as `trl sft`'s ModelConfig fields (its script passes them to from_pretrained)."""
+    return dict(model_init_kwargs(knobs))
+
+
+def lora_fields(target_modules: list[str]) -> dict[str, Any]:
+    """The trials' adapter as `trl sft` fields: without them it trains peft's defaults (dropout 0.05,
+    q_proj/v_proj only), another adapter than the one measured."""
+    return {"use_peft": True, "lora_r": LORA_SETTINGS["r"], "lora_alpha": LORA_SETTINGS["lora_alpha"],
+            "lora_dropout": LORA_SETTINGS["lora_dropout"], "lora_target_modules": list(target_modules),
+            "lora_task_type": "CAUSAL_LM"}

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import RecordError
 
-NAMES = ("job", "knobs", "trial_spec", "measurement", "experiment", "llm_proposal", "llm_call")
+NAMES = ("job", "knobs", "trial_spec", "measurement", "experiment", "llm_proposal", "llm_call", "realized")
 
 
 def load(name: str) -> dict[str, Any]:

@@ -1,0 +1,101 @@
+"""The hand-over files run in TRL's own `trl sft` entry point (a subprocess of the installed console
+script), as a user runs them: the demo's baseline and best, a LoRA job's adapter, and a refused file.
+
+Each `trl sft` start costs seconds (it launches through accelerate): four starts in this module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.export import yaml_text
+from autotune.job import job_from_words
+from autotune.knobs import Knobs
+from autotune.runners import realize as child
+from autotune.runners.data import read_rows, synthetic_rows, write_rows
+from autotune.runners.models import resolve_config, save_config
+
+pytestmark = pytest.mark.slow
+# What the demo keeps on a CPU: packed rows, one micro-batch per step.
+DEMO_BEST = Knobs(per_device_train_batch_size=16, padding="padding_free", attn_implementation="sdpa")
+
+
+def trl_or_skip() -> str:
+    try:
+        return child.trl_executable()
+    except child.RealizeFault as missing:
+        if os.environ.get("CI") == "true":
+            raise
+        pytest.skip(f"no `trl` console script here ({missing.reason})")
+
+
+def run_folder(tmp_path: Path, *words: str, best: Knobs = DEMO_BEST) -> tuple[dict, dict]:
+    """A demo-shaped run folder (its config and rows, as a frame writes them) and the hand-over's files."""
+    job, _ = job_from_words("demo", ["smoke", *words])
+    run = tmp_path / "runs" / "demo"
+    run.mkdir(parents=True)
+    config, _ = resolve_config(job.to_dict())
+    save_config(config, run / "model_config.json")
+    write_rows(run / "rows.json", synthetic_rows(48, job.max_len, config.vocab_size, 0), 0, config.vocab_size)
+    spec = {"job": job.to_dict(), "run_path": str(run), "work_dir": str(run / "trials" / "realize" / "work"),
+            "rows_path": str(run / "rows.json"), "model_config_path": str(run / "model_config.json"),
+            "candidates": [{"trial": 3, "knobs": best.to_dict(), "steps": 2},
+                           {"trial": 0, "knobs": job.start.to_dict(), "steps": 2}],
+            "rounds": 1, "realize": False, "skip_reason": "tested here", "cpu": True, "run_timeout_s": 300,
+            "offline": True}
+    result = child.body(spec)
+    for label, trial in (("baseline", "0"), ("best", "3")):
+        (run / f"{label}_config.yaml").write_text(yaml_text(result["files"][trial], "test"))
+    return spec, result
+
+
+def trl_sft(config: Path, out: Path, steps: int = 2) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([trl_or_skip(), "sft", "--config", str(config), "--max_steps", str(steps), "--output_dir",
+                           str(out)], capture_output=True, text=True, timeout=600, env=env)
+
+
+def test_the_demos_best_config_yaml_runs_in_trl_sft_as_it_stands(tmp_path):
+    trl_or_skip()
+    spec, _ = run_folder(tmp_path)
+    run = Path(spec["run_path"])
+    # The preset's model and rows are in the run folder, where the file names them: nothing to download.
+    assert (run / "model" / "config.json").exists() and (run / "model" / "tokenizer.json").exists()
+    rows = [json.loads(line)["input_ids"] for line in (run / "data" / "train.jsonl").read_text().splitlines()]
+    assert rows == read_rows(run / "rows.json")["rows"]
+    done = trl_sft(run / "best_config.yaml", tmp_path / "out")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "'train_runtime'" in done.stdout + done.stderr
+
+
+def test_the_baseline_runs_and_a_file_trl_refuses_gives_way_to_it(tmp_path):
+    """The interleaved step: the baseline's file runs (exit 0); a best TRL refuses is named, never handed over."""
+    trl_or_skip()
+    spec, result = run_folder(tmp_path)
+    work = Path(spec["work_dir"])
+    work.mkdir(parents=True, exist_ok=True)
+    refused = dict(result["files"]["3"], max_length=512)  # what TRL >= 1.0 refuses with padding_free
+    files = {"0": Path(spec["run_path"]) / "baseline_config.yaml", "3": work / "refused.yaml"}
+    files["3"].write_text(yaml.safe_dump(refused))
+    realized = child.interleave({**spec, "realize": True}, files, work)
+    baseline_run, best_run = realized["runs"]
+    assert baseline_run["config"] == "baseline" and baseline_run["exit_code"] == 0 and baseline_run["train_runtime_s"] > 0
+    assert best_run["exit_code"] != 0 and realized["best_trial"] == 0
+    assert realized["refused"][0]["trial"] == 3 and "padding_free" in realized["refused"][0]["error"]
+
+
+def test_a_lora_jobs_file_trains_the_adapter_the_trials_trained(tmp_path):
+    trl_or_skip()
+    spec, result = run_folder(tmp_path, "method=lora")
+    done = trl_sft(Path(spec["run_path"]) / "best_config.yaml", tmp_path / "out")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    adapter = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (16, 32, 0.0)
+    assert sorted(adapter["target_modules"]) == result["lora_target_modules"]
+    assert set(result["lora_target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                  "down_proj"}
