@@ -132,6 +132,34 @@ def _interrupt(signum: int, _frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+DEBUG_ENV = "AUTOTUNE_DEBUG"
+MESSAGE_CHARS = 1000  # an exception's text can be a library's page of context; the line keeps its start
+
+
+def _debugging() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _say(text: str) -> None:
+    """One line on stderr (a message holding newlines, such as a child's stderr, is joined), after the
+    traceback of the exception being handled when AUTOTUNE_DEBUG=1."""
+    try:
+        if _debugging() and sys.exc_info()[0] is not None:
+            import traceback
+
+            traceback.print_exc()
+        print("autotune: " + " / ".join(part.strip() for part in text.splitlines() if part.strip()), file=sys.stderr)
+    except OSError:  # SIGHUP: the terminal is gone
+        pass
+
+
+def _what(args: argparse.Namespace) -> str:
+    """The command that failed, in the words the user typed."""
+    if args.command == "tune":
+        return " ".join(["tune", args.run, *(w for w in args.words if w in ("resume", "review"))])
+    return f"kb {args.kb_command}" if args.command == "kb" else str(args.command)
+
+
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM and SIGHUP end a run the way Ctrl-C does: the running trial is killed, records stay.
     if threading.current_thread() is threading.main_thread():
@@ -150,17 +178,19 @@ def main(argv: list[str] | None = None) -> int:
             return args.handler(args)
         return tune(args.run, args.words, args.runs_dir)
     except JobError as error:
-        print(f"autotune: {error}", file=sys.stderr)
+        _say(str(error))
         return 2
     except AutotuneError as error:
-        print(f"autotune: {error}", file=sys.stderr)
+        _say(str(error))
         return 1
     except KeyboardInterrupt:
-        try:
-            print("autotune: interrupted; the trials recorded so far are in the run folder", file=sys.stderr)
-        except OSError:  # SIGHUP: the terminal is gone
-            pass
+        _say("interrupted; the trials recorded so far are in the run folder")
         return 130
+    except Exception as error:  # noqa: BLE001 - the last resort: one line, never a traceback unless asked
+        message = " ".join(str(error).split())[:MESSAGE_CHARS]
+        _say(f"{_what(args)}: {type(error).__name__}{': ' + message if message else ''}"
+             + ("" if _debugging() else f"; run again with {DEBUG_ENV}=1 for the traceback"))
+        return 1
     finally:
         os.umask(previous_umask)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError
+from .inputs import check_digits, check_word, check_writable_folder, read_json
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .presets import DEMO_PRESET, PRESETS, is_vision_preset
 
@@ -162,6 +163,7 @@ class Job:
 
 
 def parse_duration(text: str) -> int:
+    check_digits("time", text)
     match = _DURATION.match(text.strip())
     if not text.strip() or not match or not any(match.groups()):
         raise JobError(f"time={text!r}: expected {JOB_KEYS['time']}")
@@ -173,6 +175,7 @@ def parse_duration(text: str) -> int:
 
 
 def parse_size(text: str) -> int:
+    check_digits("mem_limit", text)
     match = _SIZE.match(text.strip())
     size = int(float(match.group(1)) * _UNITS[match.group(2).lower()]) if match else 0
     if size < 2**20:  # below a MiB no model fits; a typo such as 0.5B is caught here
@@ -181,6 +184,7 @@ def parse_size(text: str) -> int:
 
 
 def parse_share(text: str) -> float:
+    check_digits("mem_margin", text)
     try:
         return float(text)
     except ValueError:
@@ -188,6 +192,7 @@ def parse_share(text: str) -> float:
 
 
 def _whole(key: str, text: str, minimum: int) -> int:
+    check_digits(key, text)
     if not re.fullmatch(r"\d+", text.strip()) or int(text) < minimum:
         raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
     return int(text)
@@ -204,6 +209,8 @@ def check_model(value: str) -> None:
     if path.exists():
         if not (path / "config.json").is_file():
             raise JobError(f"model={value!r}: the folder has no config.json; expected {JOB_KEYS['model']}")
+        if not isinstance(read_json(path / "config.json", f"model={value}"), dict):  # read here, not in the frame
+            raise JobError(f"model={value!r}: its config.json holds no object of settings; fix the file")
         return
     if _looks_like_path(value):
         raise JobError(f"model={value!r}: no such folder; expected {JOB_KEYS['model']}")
@@ -215,11 +222,12 @@ def check_dataset(value: str) -> None:
     if value == "synthetic":
         return
     path = Path(value).expanduser()
-    if path.suffix.lower() in DATA_SUFFIXES or _looks_like_path(value):
+    if path.suffix.lower() in DATA_SUFFIXES or _looks_like_path(value) or path.is_dir():
         if not path.exists():
             raise JobError(f"dataset={value!r}: no such file; expected {JOB_KEYS['dataset']}")
-        return
-    if path.is_dir():
+        from .dataset_check import check_rows
+
+        check_rows(value)  # here, not in the frame: an empty or malformed file is one line naming it
         return
     hub_id = value.split(":", 1)[0]
     if not _HUB_ID.match(hub_id) or value.count(":") > 1:
@@ -231,6 +239,7 @@ def parse_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
     pairs: dict[str, str] = {}
     modes: list[str] = []
     for word in words:
+        check_word(word)
         if "=" not in word:
             if word in MODES:
                 if word in modes:
@@ -342,6 +351,8 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         raise JobError(f"ssh_key={pairs['ssh_key']!r}: no such file; expected {JOB_KEYS['ssh_key']}")
     if "@" not in host and any(k in pairs for k in ("ssh_key", "ssh_trust_new", "ssh_python")):
         raise JobError("ssh_key, ssh_trust_new and ssh_python go with host=user@host[:port]")
+    if "kb" in pairs:  # the tune writes there: a file or an unwritable folder is refused before the run folder
+        check_writable_folder(Path(pairs["kb"]), f"kb={pairs['kb']}")
     return dict(
         run=run, host=host, gpu=pairs.get("gpu", ""),
         ssh_key=str(Path(pairs["ssh_key"]).expanduser()) if "ssh_key" in pairs else "",
@@ -386,6 +397,9 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     script = Path(pairs["script"]).expanduser()
     if script.suffix != ".py" or not script.is_file():
         raise JobError(f"script={pairs['script']!r}: no such Python file; expected {JOB_KEYS['script']}")
+    from .script.discover import parse_script
+
+    parse_script(script)  # bytes that are not Python (latin-1 without a coding line) stop here, in one line
     labels = tuple(p.strip() for p in pairs.get("script_configs", "").split(",") if p.strip())
     for label in labels:
         if not Path(label).expanduser().is_file():
@@ -419,6 +433,7 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
 
 
 def _whole_knob(key: str, text: str) -> int:
+    check_digits(key, text)
     if not re.fullmatch(r"\d+", text.strip()) or int(text) < 1:
         raise JobError(f"{key}={text!r}: expected a whole number >= 1")
     return int(text)

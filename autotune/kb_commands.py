@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError
+from .inputs import check_writable_file, check_writable_folder
 from .io import write_json_atomic
 from .kb.beliefs import Beliefs, draw
 from .kb.claims import Claim, Update, condition_text
@@ -37,6 +38,10 @@ def _folder(args: argparse.Namespace) -> Path:
 def _store(args: argparse.Namespace, writing: bool = False) -> Store | None:
     """The folder's store; None for a folder that does not exist yet and is only read (not created)."""
     folder = _folder(args)
+    if writing:
+        check_writable_folder(folder, f"--kb {folder}")
+    elif folder.exists() and not folder.is_dir():
+        raise JobError(f"--kb {folder}: is a file, not a knowledge-base folder; give its folder")
     return Store(folder) if writing or folder.is_dir() else None
 
 
@@ -146,6 +151,7 @@ def kb_history(args: argparse.Namespace) -> int:
 
 
 def kb_graph(args: argparse.Namespace) -> int:
+    check_writable_file(Path(args.file), "kb graph")
     beliefs = Beliefs(_store(args))
     graph = beliefs.graph
     path = draw(beliefs, Path(args.file).expanduser())
@@ -179,6 +185,7 @@ def kb_runs(args: argparse.Namespace) -> int:
 
 
 def kb_export(args: argparse.Namespace) -> int:
+    check_writable_file(Path(args.file), "kb export")  # before reading: a folder or a read-only path fails fast
     store = _store(args)
     shared = Beliefs(store).export()
     data = {"schema_version": 1, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

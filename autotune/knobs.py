@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import JobError
+from .inputs import check_digits
 
 PADDING_MODES = ("max_length", "longest", "padding_free")
 ATTENTION = ("eager", "sdpa", "flash_attention_2")
@@ -127,6 +128,7 @@ def parse_knob_value(name: str, text: str) -> Any:
             return False
         raise JobError(f"{name}={text!r}: expected true or false")
     if knob.kind == "int":
+        check_digits(name, text)
         if not re.fullmatch(r"[0-9]+", text.strip()):
             raise JobError(f"{name}={text!r}: expected a whole number, for example {name}=2")
         return int(text)

@@ -10,24 +10,39 @@ mid-write) is removed first: it is that interrupted trial.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from .errors import JobError
+from .errors import JobError, RecordError
+from .inputs import read_json
 from .job import Job
 from .knobs import Knobs
 from .reasoner import key
 from .records import RunFolder
 
 
+# A hand edit or a failing disk left a file of the run folder unreadable: what to do instead.
+DAMAGED = "the run folder is damaged; start a new RUN (this one's records stay as they are)"
+
+
 def load_job(root: Path, run: str) -> Job:
     folder = RunFolder(root, run)
     if not folder.job.exists():
         raise JobError(f"RUN {run!r}: no run in {folder.path}; start it with `autotune tune {run} key=value ...`")
-    return Job.from_dict(json.loads(folder.job.read_text()))
+    try:
+        return Job.from_dict(stored(folder.job, run))
+    except (JobError, TypeError, ValueError, AttributeError) as error:
+        raise RecordError(f"RUN {run!r}: {folder.job} is not a job autotune wrote ({error}); {DAMAGED}") from None
+
+
+def stored(path: Path, run: str) -> dict[str, Any]:
+    """A JSON file of the run folder (job, state, frame), or one RecordError line naming it."""
+    data = read_json(path, f"RUN {run!r}", RecordError, hint=DAMAGED)
+    if not isinstance(data, dict):
+        raise RecordError(f"RUN {run!r}: {path} holds no JSON object; {DAMAGED}")
+    return data
 
 
 def _drop_torn_tail(path: Path) -> None:
@@ -63,7 +78,7 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
     from .outcome import Incumbent
 
     folder = tuner.folder
-    state = json.loads(folder.state.read_text()) if folder.state.exists() else {}
+    state = stored(folder.state, tuner.job.run) if folder.state.exists() else {}
     if state.get("stop_reason"):
         raise JobError(f"RUN {tuner.job.run!r} finished ({state['stop_reason']}); nothing to resume. "
                        f"`autotune tune {tuner.job.run} review` writes its report again")
@@ -92,7 +107,7 @@ def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int
     if baseline["decision"] != "baseline" or baseline["state"] not in ("complete", "replayed"):
         raise JobError(f"RUN {tuner.job.run!r}: its baseline did not run ({baseline['state']}); start a new RUN")
     frame_path = folder.frame
-    frame = json.loads(frame_path.read_text()) if frame_path.exists() else None
+    frame = stored(frame_path, tuner.job.run) if frame_path.exists() else None
     if frame is None or (tuner.script is None and not folder.rows.exists()):
         frame = tuner.frame()
     tuner.peaks = frame["device"]["peaks"]
@@ -135,12 +150,12 @@ def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, An
     records = folder.read_experiments()
     if not records or not folder.frame.exists():
         raise JobError(f"RUN {run!r}: no measured trial yet; nothing to review (`resume` continues it)")
-    state = json.loads(folder.state.read_text()) if folder.state.exists() else {}
+    state = stored(folder.state, run) if folder.state.exists() else {}
     kept = [r for r in records if r["decision"] == "keep"]
     best_record = kept[-1] if kept else records[0]
     best = Incumbent(Knobs.from_dict(best_record["knobs"]), [m["samples_per_s"] for m in best_record["measurements"]],
                      best_record["trial"])
-    outcome = Outcome(frame=json.loads(folder.frame.read_text()),
+    outcome = Outcome(frame=stored(folder.frame, run),
                       baseline={"samples_per_s": records[0]["samples_per_s"],
                                 "measurement": records[0]["measurements"][0] if records[0]["measurements"] else {}},
                       best=best, records=records, skipped=[tuple(s) for s in state.get("skipped", [])],

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError
+from .inputs import check_digits, check_word, read_json, shown
 from .kb.features import GPU_MEMORY_GB, NO_BF16, gpu_key, knob_features
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .presets import PRESETS
@@ -52,6 +53,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _number(key: str, text: str, low: float, high: float) -> float:
+    check_digits(key, text)
     try:
         value = float(text)
     except ValueError:
@@ -62,6 +64,7 @@ def _number(key: str, text: str, low: float, high: float) -> float:
 
 
 def _whole(key: str, text: str) -> int:
+    check_digits(key, text)
     if not re.fullmatch(r"\d+", text) or int(text) < 1:
         raise JobError(f"{key}={text!r}: expected {SUGGEST_KEYS[key]}")
     return int(text)
@@ -82,6 +85,7 @@ def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
     config = {**config, "num_attention_heads": _first(config, "num_attention_heads", "n_head"),
               "intermediate_size": _first(config, "intermediate_size", "n_inner")}
     config = {k: v for k, v in config.items() if v is not None}
+    _check_sizes(config, layers, hidden)
     vocab, inter = config.get("vocab_size", _VOCAB), config.get("intermediate_size", 4 * hidden)
     heads = config.get("num_attention_heads", max(1, hidden // 128))
     kv = config.get("num_key_value_heads", heads)
@@ -92,13 +96,28 @@ def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
             "model_family": config.get("model_type")}
 
 
+def _check_sizes(config: dict[str, Any], layers: Any, hidden: Any) -> None:
+    """The sizes the estimate multiplies are whole numbers in a sane range (a hand-edited config.json
+    may hold text, floats or a 400-digit number, which the arithmetic below would choke on)."""
+    named = {"layers": layers, "hidden size": hidden}
+    named.update({k: config[k] for k in ("vocab_size", "intermediate_size", "num_attention_heads",
+                                         "num_key_value_heads") if k in config})
+    for name, value in named.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
+            raise JobError(f"the model's config.json: {name} is {shown(str(value))}, not a whole number from 1 to "
+                           "10**9; fix the file or give model=SIZE instead (for example model=7B)")
+
+
 def model_shape(model: str) -> dict[str, Any]:
     """Size and shape of a model from its name or config, without loading it."""
     if model in PRESETS:
         return _shape_from_config(PRESETS[model])
     path = Path(model).expanduser()
     if (path / "config.json").is_file():
-        return _shape_from_config(json.loads((path / "config.json").read_text()))
+        config = read_json(path / "config.json", f"model={model}")
+        if not isinstance(config, dict):
+            raise JobError(f"model={model}: its config.json holds no object of settings; fix it or give model=SIZE")
+        return _shape_from_config(config)
     sizes = _SIZE.findall(model.rsplit("/", 1)[-1])
     if not sizes:
         raise JobError(f"model={model!r}: cannot tell its size from the name; give model=7B (or 500M), a preset "
@@ -139,6 +158,7 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
     """(features, starting knobs, device facts, notes, kb folder) of a suggest command line."""
     pairs: dict[str, str] = {}
     for word in words:
+        check_word(word)
         key, sep, value = word.partition("=")
         if not sep or not value:
             raise JobError(f"{word!r}: expected key=value; keys: {', '.join(SUGGEST_KEYS)}")
@@ -173,8 +193,9 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
     label = pairs.get("gpu", "")
     known = gpu_key(label) if label else None
     if "gpu_mem" in pairs:
+        check_digits("gpu_mem", pairs["gpu_mem"])
         match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:GB|G|GiB)?", pairs["gpu_mem"], re.IGNORECASE)
-        if not match:
+        if not match or float(match.group(1)) <= 0:
             raise JobError(f"gpu_mem={pairs['gpu_mem']!r}: expected {SUGGEST_KEYS['gpu_mem']}")
         features["gpu_mem_gb"] = float(match.group(1))
     elif known:

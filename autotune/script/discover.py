@@ -10,13 +10,17 @@ and held fixed. Unrecognised keys are left alone.
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import JobError
+from ..inputs import parse_json, parse_yaml, read_bytes, read_text
+
+MAX_SCRIPT_BYTES = 16 * 2**20
 
 # alias (lower case, '-' read as '_') -> role. Roles map to knobs in `script/apply.py`.
 ALIASES: dict[str, str] = {
@@ -135,22 +139,17 @@ def _walk(data: Any, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...]
 
 def read_config(path: Path, label: str) -> list[Setting]:
     """Settings in one YAML or JSON file (nested keys are found by their last name)."""
-    text = path.read_text()
+    text = read_text(path, f"script_configs: {label}")
     if path.suffix.lower() == ".py":
         from . import pyconfig
 
         return [Setting(role, value, label, (name,)) for name, value in pyconfig.read(text, label).items()
                 if (role := _alias(name)) and (value is None or isinstance(value, (bool, int, float, str)))]
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as error:  # yaml and json raise many types; one line says which file and why
-        raise JobError(f"script_configs: {label} is not valid {'JSON' if path.suffix == '.json' else 'YAML'} "
-                       f"({str(error).splitlines()[0]}); fix the file") from None
+    # Both bounded before they are built: JSON's depth, YAML's alias expansion (a billion-laughs file).
+    if path.suffix.lower() == ".json":
+        data = parse_json(text, f"script_configs: {label}", hint="fix the file")
+    else:
+        data = parse_yaml(text, f"script_configs: {label}")
     if not isinstance(data, dict):
         raise JobError(f"script_configs: {label} holds no mapping of settings; expected key: value pairs")
     settings = []
@@ -164,16 +163,34 @@ def read_config(path: Path, label: str) -> list[Setting]:
 def _literal(node: ast.AST | None) -> Any:
     try:
         return ast.literal_eval(node) if node is not None else None
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        # Not a literal (a call, a name, `2**9`, an unhashable set member): autotune does not evaluate it.
         return None
+
+
+def parse_script(path: Path) -> ast.Module:
+    """The script's syntax tree (never run), or one JobError line: not Python, not readable, too deep."""
+    data = read_bytes(path, "script", MAX_SCRIPT_BYTES)
+    try:
+        # Decoded as Python decodes it: UTF-8 unless a `# -*- coding: latin-1 -*-` line says otherwise.
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        text = data.decode(encoding)
+    except (SyntaxError, UnicodeDecodeError, LookupError) as error:
+        line = data[:error.start].count(b"\n") + 1 if isinstance(error, UnicodeDecodeError) else 1
+        raise JobError(f"script={path}: line {line} is not {getattr(error, 'encoding', 'UTF-8')} text, so not "
+                       "Python; save the script as UTF-8 (or declare its encoding in a coding line)") from None
+    try:
+        return ast.parse(text, filename=str(path))
+    except SyntaxError as error:
+        raise JobError(f"script={path}: not valid Python ({error.msg}, line {error.lineno}); "
+                       "autotune reads the script as Python 3 saved as UTF-8") from None
+    except (RecursionError, MemoryError, ValueError):  # nesting past the parser's limit; a NUL byte
+        raise JobError(f"script={path}: Python that nests too deeply (or holds a NUL byte) for autotune to read") from None
 
 
 def read_argparse(path: Path) -> list[Setting]:
     """`add_argument('--flag', default=..., action=...)` calls in the script's source, as settings."""
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except SyntaxError as error:
-        raise JobError(f"script={path}: not valid Python ({error.msg}, line {error.lineno})") from None
+    tree = parse_script(path)
     settings = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
