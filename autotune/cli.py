@@ -93,6 +93,11 @@ def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -
             display.console.print(f"  {line}", highlight=False, soft_wrap=True)
     try:
         outcome = tuner.run(resume="resume" in modes)
+        from .realize import hand_over
+
+        if not job.is_mlp and tuner.script is None:
+            display.running(None, "hand-over: the baseline's and the best's files in `trl sft`")
+        hand_over(tuner.folder, job, executor, outcome)
     finally:
         display.close()
         close = getattr(executor, "close", None)
@@ -105,6 +110,8 @@ def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -
     for label, edits in config.get("config_edits", {}).items():
         settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
         display.console.print(f"set in {label}: {settings}", highlight=False, soft_wrap=True)
+    if config.get("realized"):
+        display.console.print(config["realized"].replace("**", ""), highlight=False, soft_wrap=True)
     display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
     return 0
 
@@ -124,6 +131,8 @@ def review(run: str, job: Any, runs_dir: str) -> int:
     outcome, config, _ = rewrite(Path(runs_dir), run, script)
     print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
           f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")
+    if config.get("realized"):
+        print(config["realized"].replace("**", ""))
     print(f"ready to run: {config['command']}")
     return 0
 

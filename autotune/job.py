@@ -57,6 +57,9 @@ JOB_KEYS = {
 }
 # model=mlp checks an install in a minute: everything but the model has a default. Its rows are
 # `max_len` features each (the MLP's input size), from a seeded generator, so dataset= is synthetic.
+    "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
+               "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
+               "default true)",
 MLP_DEFAULTS = {"dataset": "synthetic", "max_len": "512", "effective_batch": "64", "mlp_width": "1024",
                 "mlp_depth": "4", "mlp_rows": "8192"}
 # Its smoke run (the install check) ends within two minutes, frame and baseline included.
@@ -117,6 +120,7 @@ class Job:
     start: Knobs = field(default_factory=Knobs)
 
     def __post_init__(self) -> None:
+    realize: bool = True
         # `.` and `..` would make runs/RUN/ the runs folder or its parent (and, over SSH, the remote home).
         if self.run in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", self.run):
             raise JobError(f"run name {self.run!r}: use letters, digits, '.', '_' or '-', not '.' or '..' alone "
@@ -285,7 +289,7 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
               method=pairs.get("method", "sft"),
               weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
               allow_image_resize=_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
-              start=_start_knobs(pairs, effective_batch))
+              realize=_flag("realize", pairs.get("realize", "true")), start=_start_knobs(pairs, effective_batch))
     return job, modes
 
 
