@@ -107,8 +107,14 @@ def best_config(job: Job, knobs: Knobs, script: Any = None, vlm: str | None = No
         return {"schema_version": 1, "knobs": knobs.to_dict(), "config_edits": {
             label: {".".join(path): value for path, value in changes} for label, changes in edits.items()},
             "command": " ".join(shlex.quote(w) for w in words), "caveats": []}
-    from .export import FILES, command
+    from pathlib import Path
 
+    from .export import FILES, command, fallback_configs, python_kwargs
+
+    folder_path = Path(folder_path) if folder_path is not None else Path("runs") / job.run
+    if handover is None:  # the settings alone, no files (the installed SFTConfig's names: imports trl)
+        handover = {"kwargs": python_kwargs(fallback_configs(job, knobs.to_dict(), job.smoke, folder_path.resolve())),
+                    "summary": ""}
     kwargs = handover["kwargs"]
     return {"schema_version": 1, "knobs": knobs.to_dict(), "files": {k: str(folder_path / v) for k, v in FILES.items()},
             **kwargs, "realized": handover["summary"], "command": command(folder_path / FILES["best"]),

@@ -16,7 +16,7 @@ from autotune.kb import Store, kb_folder
 from autotune.kb.experience import Experience
 
 pytestmark = pytest.mark.slow
-JOB = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke", "max_trials=4"]
+JOB = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke", "max_trials=4", "realize=false"]
 
 
 def start(tmp_path, *words):

@@ -42,8 +42,14 @@ def test_demo_smoke_finds_a_faster_config_that_trains_the_same_thing(tmp_path):
     assert best_speed >= 1.5 * baseline
     # The best config is the last kept one, and it is what best_config.json and the report give.
     assert best["knobs"] == kept[-1]["knobs"]
-    assert best["command"].startswith("trl sft") and "--max_length 512" in best["command"]
+    assert best["command"] == f"trl sft --config {os.path.join('runs', 'demo', 'best_config.yaml')}"
+    assert (folder / "baseline_config.yaml").exists() and (folder / "best_config.yaml").exists()
     report = (folder / "report.md").read_text()
+    # The last step ran both files in `trl sft`: its speed-up beside the loop's, in the report and the output.
+    realized = json.loads((folder / "realized.json").read_text())
+    assert realized["state"] == "complete", realized
+    assert "realized in `trl sft`: baseline" in report and f"x{realized['speedup']:.2f}" in report
+    assert "realized in `trl sft`" in done.stdout
     assert "## Trials" in report and "## Best config" in report and "| MFU |" in report
     assert "## Where the time goes" in report
     for name in ("progress", "breakdown", "memory"):
@@ -61,7 +67,7 @@ def test_demo_smoke_finds_a_faster_config_that_trains_the_same_thing(tmp_path):
 
 def test_oom_crash_and_nan_end_their_trials_not_the_run(tmp_path):
     done = autotune(tmp_path, "faults", "model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4",
-                    "max_trials=3", "smoke", env={"AUTOTUNE_TEST_INJECT": "1:oom,2:crash,3:nan"})
+                    "max_trials=3", "smoke", "realize=false", env={"AUTOTUNE_TEST_INJECT": "1:oom,2:crash,3:nan"})
     assert done.returncode == 0, done.stderr[-3000:]
     trials = records(tmp_path, "faults")
     assert [t["state"] for t in trials] == ["complete", "oom", "crash", "invalid"]
