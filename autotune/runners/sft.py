@@ -137,6 +137,12 @@ def sft_config(knobs: dict[str, Any], job: dict[str, Any], device: str, output_d
 
 def make_trainer(model: torch.nn.Module, rows: list[list[int]], config: SFTConfig, job: dict[str, Any],
                  pad_id: int, callbacks: list[Any], sampler: torch.utils.data.Sampler | None = None) -> PlannedSFTTrainer:
+    if loader_context(config.dataloader_num_workers) == "fork":
+        import multiprocessing
+
+        # Loader workers forked, as a user's DataLoader starts them on Linux: this trial is a forkserver
+        # child, whose default would start each worker by re-importing torch (seconds per worker).
+        multiprocessing.set_start_method("fork", force=True)
     peft_config = None
     if job.get("method") == "lora":
         from peft import LoraConfig
@@ -201,12 +207,6 @@ def train_planned(model: torch.nn.Module, rows: list[list[int]], knobs: dict[str
                   device: str, plan: Plan, instruments: Any, pad_id: int) -> Any:
     """The plan's steps through the trainer; returns the trainer (its model is what trained)."""
     used = 1 + max(r for _, _, step in PlanSampler(plan)._all_steps() for micro in step for r in micro)
-    if loader_context(knobs["dataloader_num_workers"]) == "fork":
-        import multiprocessing
-
-        # Loader workers forked, as a user's DataLoader starts them on Linux: this trial is a forkserver
-        # child, whose default would start each worker by re-importing torch (seconds per worker).
-        multiprocessing.set_start_method("fork", force=True)
     with tempfile.TemporaryDirectory(prefix="autotune-sft-") as out:
         config = sft_config(knobs, job, device, out, plan.most_steps())
         trainer = make_trainer(model, rows[:used], config, job, pad_id, [instruments], PlanSampler(plan))
