@@ -52,6 +52,9 @@ JOB_KEYS = {
     "mlp_depth": "with model=mlp: hidden layers, a whole number >= 1 (default 4)",
     "mlp_rows": "with model=mlp: distinct seeded random rows, a whole number >= 1 (default 8192)",
     "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
+    "script_knobs": "your script's own names for knobs, NAME:KNOB comma-separated, for example "
+                    "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps "
+                    "(where autotune does not recognise them)",
     "allow_image_resize": "true to let autotune try image resolution limits on a VLM (max_image_pixels; they "
                           "change what is trained, so never by default); default false",
 }
@@ -109,6 +112,7 @@ class Job:
     script: str = ""
     script_configs: tuple[str, ...] = ()
     script_args: str = ""
+    script_knobs: tuple[str, ...] = ()   # "name:knob" pairs (script/names.py)
     only: tuple[str, ...] = ()
     llm: str = ""
     llm_timeout_s: int = 60
@@ -153,6 +157,7 @@ class Job:
         data = dataclasses.asdict(self)
         data["start"] = self.start.to_dict()
         data["script_configs"] = list(self.script_configs)
+        data["script_knobs"] = list(self.script_knobs)
         data["only"] = list(self.only)
         data["schema_version"] = 1
         return data
@@ -162,6 +167,7 @@ class Job:
         values = {k: v for k, v in data.items() if k != "schema_version"}
         values["start"] = Knobs.from_dict(values.get("start", {}))
         values["script_configs"] = tuple(values.get("script_configs", ()))
+        values["script_knobs"] = tuple(values.get("script_knobs", ()))
         values["only"] = tuple(values.get("only", ()))
         return cls(**values)
 
@@ -268,8 +274,9 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
     smoke = "smoke" in modes
     if "script" in pairs:
         return _script_job(run, pairs, smoke), modes
-    if any(key in pairs for key in ("script_configs", "script_args")):
-        raise JobError("script_configs and script_args go with script=PATH; add script=your_training_script.py")
+    if any(key in pairs for key in ("script_configs", "script_args", "script_knobs")):
+        raise JobError("script_configs, script_args and script_knobs go with script=PATH; add "
+                       "script=your_training_script.py")
     if pairs.get("model") == MLP_MODEL:
         return _mlp_job(run, pairs, smoke), modes
     if any(key in pairs for key in MLP_KEYS):
@@ -418,13 +425,16 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
         args = shlex.split(pairs.get("script_args", ""))
     except ValueError as error:
         raise JobError(f"script_args: {error}; quote the arguments as one shell word") from None
+    from .script import names
+
+    own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
     adapter = ScriptAdapter.for_script(script, labels, args, None,
                                   _whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
                                   _whole("effective_batch", pairs["effective_batch"], 1)
-                                  if "effective_batch" in pairs else None)
+                                  if "effective_batch" in pairs else None, own_names)
     if adapter.max_len is None:
-        raise JobError("no sequence length found in the script or its configs (looked for max_len, max_length, "
-                       "max_seq_length, seq_len, block_size); give max_len= to record it")
+        raise JobError(adapter.not_understood("no sequence length found in the script or its configs", ("max_len",))
+                       + " (or give max_len= to record it)")
     for key in pairs:
         if key in CATALOG or key == "gradient_accumulation_steps":
             raise JobError(f"{key}= with script=: the starting config is what your script's files say; "
@@ -432,7 +442,7 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     return Job(**_common(run, pairs, smoke), model=f"script:{script.name}", dataset="(the script's)",
                max_len=adapter.max_len, effective_batch=adapter.effective_batch, method="sft", weights="random",
                script=str(script.resolve()), script_configs=labels + tuple(adapter.discovery.arg_configs),
-               script_args=" ".join(shlex.quote(a) for a in args),
+               script_args=" ".join(shlex.quote(a) for a in args), script_knobs=own_names,
                start=adapter.start)
 
 

@@ -107,7 +107,7 @@ class Tuner:
             # Config paths are as the user gave them, relative to where autotune was started.
             self.cwd = Path.cwd()
             self.script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args),
-                                                   self.cwd, job.max_len, job.effective_batch)
+                                                   self.cwd, job.max_len, job.effective_batch, job.script_knobs)
 
     # -- running one measurement -------------------------------------------------------------
     def _spec(self, kind: str, knobs: Knobs, trial: int, ceiling: bool = False) -> dict[str, Any]:

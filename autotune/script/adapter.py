@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import JobError
 from ..knobs import ATTENTION, NAIVE_START, OPTIMIZERS, Knobs
-from .discover import LOOKED_FOR, Discovery, Setting
+from .discover import ALIASES, Discovery, Setting
 
 # Roles whose value is the knob's own value.
 DIRECT = ("gradient_checkpointing", "torch_compile", "dataloader_num_workers", "dataloader_pin_memory",
@@ -69,25 +69,42 @@ class ScriptAdapter:
     max_len: int | None = None
     effective_batch: int | None = None
     notes: list[str] = field(default_factory=list)
+    # (script, configs, args) as discovered: read again only to say what the script takes when a
+    # setting is not understood (script/names.py).
+    origin: tuple[Path, list[tuple[Path, str]], list[str]] | None = None
 
     @classmethod
     def for_script(cls, script: Path, labels: tuple[str, ...] | list[str], args: list[str], cwd: Path | None = None,
-                   max_len: int | None = None, effective_batch: int | None = None) -> "ScriptAdapter":
+                   max_len: int | None = None, effective_batch: int | None = None,
+                   names: tuple[str, ...] = ()) -> "ScriptAdapter":
         """Discover the script's settings (configs as the user named them, relative to `cwd`), let its
-        own arguments override its defaults, and build the adapter."""
+        own arguments override its defaults, and build the adapter. `names`: the job's `script_knobs`."""
         from .discover import apply_args, discover
 
         base = cwd or Path.cwd()
-        found = discover(script, [(base / Path(label).expanduser(), label) for label in labels], args, base)
+        configs = [(base / Path(label).expanduser(), label) for label in labels]
+        found = discover(script, configs, args, base, tuple(names))
         apply_args(found, args)
-        return cls.build(found, max_len, effective_batch)
+        return cls.build(found, max_len, effective_batch, (script, configs + [
+            (base / Path(label).expanduser(), label) for label in found.arg_configs], list(args)))
 
     @classmethod
-    def build(cls, discovery: Discovery, max_len: int | None = None,
-              effective_batch: int | None = None) -> "ScriptAdapter":
-        adapter = cls(discovery)
+    def build(cls, discovery: Discovery, max_len: int | None = None, effective_batch: int | None = None,
+              origin: tuple[Path, list[tuple[Path, str]], list[str]] | None = None) -> "ScriptAdapter":
+        adapter = cls(discovery, origin=origin)
         adapter._read(max_len, effective_batch)
         return adapter
+
+    def not_understood(self, what: str, knobs: tuple[str, ...] = ("per_device_train_batch_size",),
+                       if_seen: tuple[str, ...] = ()) -> str:
+        """The one line for a setting discovery could not find: what the script takes, what was looked
+        for, and the `script_knobs=` key that maps the script's own names."""
+        from . import names
+
+        taken = names.taken(*self.origin) if self.origin else []
+        known = {names.normal(s.path[0] if s.source == "argv" else s.path[-1]) for s in self.discovery.settings}
+        looked = [alias for knob in knobs for alias, role in ALIASES.items() if role == names.TARGETS[knob]]
+        return names.way_out(what, looked, taken, known, knobs, if_seen)
 
     # -- reading the user's settings ---------------------------------------------------------------
     def _read(self, max_len: int | None, effective_batch: int | None) -> None:
@@ -95,9 +112,13 @@ class ScriptAdapter:
         start = dict(NAIVE_START)
         micro, accumulation = get("micro_batch"), get("accumulation")
         if micro is None or not isinstance(micro.value, int) or micro.value < 1:
-            raise JobError("no micro-batch size found in the script or its configs (looked for keys such as "
-                           "per_device_train_batch_size, batch_size, micro_batch_size); give effective_batch and "
-                           "a config that sets it")
+            if micro is not None:
+                raise JobError(f"{micro.where} = {micro.value!r} is read as the micro-batch size, which must be a "
+                               "whole number >= 1; set it so, or name the right setting with script_knobs="
+                               "NAME:per_device_train_batch_size")
+            raise JobError(self.not_understood("no micro-batch size found in the script or its configs",
+                                               ("per_device_train_batch_size", "gradient_accumulation_steps")
+                                               if accumulation is None else ("per_device_train_batch_size",)))
         steps = accumulation.value if accumulation and isinstance(accumulation.value, int) else 1
         found_batch = micro.value * steps
         if effective_batch is not None and effective_batch != found_batch:
@@ -109,7 +130,8 @@ class ScriptAdapter:
             self.tryable["per_device_train_batch_size"] = ()
         else:
             self.notes.append("no gradient-accumulation setting: the micro-batch stays as it is (changing it "
-                              "would change the effective batch)")
+                              "would change the effective batch); if your script has one, name it with "
+                              "script_knobs=NAME:gradient_accumulation_steps")
         length = get("max_len")
         self.max_len = max_len or (length.value if length and isinstance(length.value, int) else None)
         for role in DIRECT:
@@ -133,7 +155,10 @@ class ScriptAdapter:
             self.notes.append(f"{packing.where} = {packing.value!r}: packing concatenates rows into new ones, so it "
                               "trains something else; it is held as it is, never tried")
         if len(self.tryable) == 0:
-            raise JobError("no knob recognised in the script or its configs; looked for: " + ", ".join(LOOKED_FOR))
+            read = "; ".join(f"{s.where} = {s.value!r} read as {s.role}" for s in self.discovery.settings)
+            raise JobError(self.not_understood(f"no knob autotune can change found in the script or its configs "
+                                               f"({read or 'nothing read'})",
+                                               ("gradient_accumulation_steps",), ("per_device_train_batch_size",)))
         self.start = Knobs(**start)
 
     def _direct_value(self, role: str, setting: Setting) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import JobError
-from autotune.script import LOOKED_FOR, ScriptAdapter, discover
+from autotune.script import ScriptAdapter, discover
 
 SCRIPT = "import argparse\n"
 
@@ -113,11 +113,15 @@ def test_unrecognised_keys_are_left_alone(tmp_path):
     assert adapter.why_not("torch_compile", True) == "the script has no setting for torch_compile"
 
 
-def test_a_script_with_no_known_knob_says_what_was_looked_for(tmp_path):
+def test_a_script_with_no_known_knob_says_what_was_found_looked_for_and_the_way_out(tmp_path):
+    write(tmp_path, "train.py", SCRIPT)
+    write(tmp_path, "x.yaml", "per_device_train_batch_size: 2\nlearning_rate: 0.1\n")
     with pytest.raises(JobError) as error:
-        adapter_for(tmp_path, SCRIPT, {"x.yaml": "per_device_train_batch_size: 2\nlearning_rate: 0.1\n"})
+        ScriptAdapter.for_script(tmp_path / "train.py", ("x.yaml",), [], tmp_path)
     message = str(error.value)
-    assert "no knob recognised" in message and all(name in message for name in LOOKED_FOR)
+    assert "no knob autotune can change found" in message and "x.yaml:per_device_train_batch_size = 2" in message
+    assert "learning_rate=0.1 (x.yaml)" in message and "looked for gradient_accumulation_steps" in message
+    assert message.endswith("add script_knobs=YOUR_NAME:gradient_accumulation_steps")
 
 
 def test_a_bad_config_file_is_one_clear_error(tmp_path):
