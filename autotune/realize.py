@@ -104,10 +104,12 @@ def summary(record: dict[str, Any] | None) -> str:
     if not record:
         return ""
     loop = record.get("loop_speedup")
-    if record["state"] != "complete" or "baseline_samples_per_s" not in record:
-        refused = "".join(f"; trial {r['trial']}'s file was refused: {r['error']}" for r in record.get("refused", []))
+    refused = "".join(f"; trial {r['trial']}'s file was refused: {r['error']}" for r in record.get("refused", []))
+    if record["state"] == "complete" and "baseline_samples_per_s" not in record:
+        return f"realized in `trl sft`: {record['reason']}{refused}"
+    if record["state"] != "complete":
         return f"realized in `trl sft`: not measured ({record.get('reason') or 'no timed runs'}){refused}"
     share = f", {record['speedup'] / loop:.2f} of the loop's" if loop else ""
     return (f"realized in `trl sft`: baseline {record['baseline_samples_per_s']:.3f} samples/s, best (trial "
             f"{record['best_trial']}) {record['best_samples_per_s']:.3f} samples/s, **x{record['speedup']:.2f}** "
-            f"beside the loop's x{loop:.2f}{share}")
+            f"beside the loop's x{loop:.2f}{share}{refused}")

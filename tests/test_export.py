@@ -127,8 +127,11 @@ def test_a_refused_best_is_named_and_the_fallback_handed_over(fields, tmp_path):
     folder.make()
     record = _record(demo_job(), fields, folder.path.resolve(), 2, reason="", runs=[],
                      refused=[{"trial": 3, "error": "ValueError: When padding_free=True without packing, ..."}])
+    record.update(state="complete", reason="no kept config ran in `trl sft`; the baseline is handed over")
     line = realize.summary(record)
-    assert "not measured" in line and "trial 3's file was refused" in line and "padding_free" in line
+    assert "baseline is handed over" in line and "trial 3's file was refused" in line and "padding_free" in line
+    record.update(state="failed", reason="the hand-over step ended timeout: no result after 300s")
+    assert "not measured (the hand-over step ended timeout" in realize.summary(record)
 
 
 def test_candidates_run_the_kept_chain_back_to_the_baseline():

@@ -226,8 +226,10 @@ def interleave(spec: dict[str, Any], files: dict[str, Path], work: Path) -> dict
             break
         refused.append({"trial": candidate["trial"], "error": run["error"]})
     if best is baseline:
-        return {"state": "complete", "reason": "no kept config ran in `trl sft`; the baseline is handed over",
-                "runs": runs, "refused": refused, "best_trial": 0, "speedup": 1.0}
+        reason = ("no kept config ran in `trl sft`; the baseline is handed over" if tried else
+                  "nothing was kept: the baseline's file ran in `trl sft` and is the best")
+        return {"state": "complete", "reason": reason, "runs": runs, "refused": refused, "best_trial": 0,
+                "speedup": 1.0}
     rounds = []
     for number in range(int(spec["rounds"])):
         short = {"baseline": first, "best": runs[-1]} if number == 0 else {
