@@ -16,8 +16,9 @@ from .kb.beliefs import Beliefs
 from .kb.claims import Claim
 from .kb.experience import Experience, new_run_id
 from .kb.features import context, device_fingerprint, job_features, job_fingerprint, software
-from .knobs import Knobs, not_applicable
+from .knobs import Knobs
 from .reasoner import Hypothesis, Observation, key, observe, outcome_of
+from .reasoner.combine import together
 
 # A run has reached its best when its speedup is within this share of the final one.
 BEST_SHARE = 0.95
@@ -78,18 +79,13 @@ class Memory:
             return None
         best = Knobs.from_dict(past["best"]["knobs"])
         device, batch = self.frame.get("device", {}), self.job.effective_batch
-        changes, current = [], incumbent
         pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
                    if not (k == "per_device_train_batch_size" and batch % v)]
-        # Until nothing more can be added: flash attention needs bf16 first, group_by_length longest.
-        while True:
-            ready = [(k, v) for k, v in pending if not_applicable(k, v, current, device, batch) is None]
-            if not ready:
-                break
-            for knob, value in ready:
-                changes.append((knob, value))
-                current = current.with_change(knob, value)
-                pending.remove((knob, value))
+        # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
+        changes = together(incumbent, pending, device, batch)
+        current = incumbent
+        for knob, value in changes:
+            current = current.with_change(knob, value)
         if not changes or key(current) in measured:
             return None
         first, *rest = changes
@@ -106,7 +102,7 @@ class Memory:
                                      hypothesis.to_dict() if hypothesis else None)
         outcome = outcome_of(record)
         # A combined warm start or pooled change says nothing about which of its parts did what.
-        combined = hypothesis is not None and hypothesis.source in ("warm_start", "pooled") and bool(hypothesis.also)
+        combined = hypothesis is not None and hypothesis.source in ("warm_start", "pooled", "model") and bool(hypothesis.also)
         if hypothesis is None or outcome is None or combined:
             return []
         experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
@@ -126,7 +122,7 @@ class Memory:
         if not hypothesis or outcome is None or (trial["state"] == "replayed" and not trial.get("replayed_from")):
             return []  # nothing to learn, or a replay recorded before replays named their source
         names = [part.split("=", 1)[0] for part in str(hypothesis.get("change") or "").split("+")]
-        if len(names) > 1 and hypothesis.get("source") in ("warm_start", "pooled"):
+        if len(names) > 1 and hypothesis.get("source") in ("warm_start", "pooled", "model"):
             return []  # as in `learn`: a combined change says nothing about its parts
         experiment = trial.get("replayed_from") or trial["experiment"]
         self.beliefs = Beliefs(self.store)

@@ -19,11 +19,13 @@ from .executors.base import Executor
 from .job import Job
 from .kb import kb_folder, read_peak_cache, remember_peaks
 from .knobs import CATALOG, Knobs
+from . import keep_rule
 from .probes import parity, stats
 from .probes.timing import median
 from .learn import Memory
 from .outcome import Incumbent, Outcome, kept_product, summarize
-from .reasoner import Hypothesis, key, pooled, rank
+from .decide import next_hypotheses
+from .reasoner import Hypothesis, key, rank
 from .records import RunFolder
 from .io import write_json_atomic
 
@@ -36,7 +38,11 @@ class StepBudget:
     warmup_max: int
     baseline_repeats: int = 3
     # Interleaved pairs added, at most, to a comparison that two pairs leave undecided.
-    extra_pairs: int = 2
+    extra_pairs: int = 14
+    # "sequential": run-level test on a pooled spread, looked at after each pair (probes.sequential);
+    # "floor": the bootstrap interval must clear the baseline's A/A floor, at most 2 extra pairs (before
+    # issue 19; kept so `python -m bench.extra_pairs` can compare the two).
+    keep_rule: str = "sequential"
 
     @classmethod
     def for_job(cls, job: Job) -> "StepBudget":
@@ -295,10 +301,11 @@ class Tuner:
             if warm is not None:
                 hypotheses.insert(0, warm)
             hypotheses, skipped = self._allowed(hypotheses, skipped)
-            if not hypotheses:
-                combined = pooled(incumbent.knobs, self.records, frame["device"], self.job.effective_batch,
-                                  self.measured)
-                hypotheses = self._allowed([combined], skipped)[0] if combined else []
+            # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
+            hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, self.records, frame["device"],
+                                                self.job.effective_batch, self.measured, self.memory.claims,
+                                                features, floor, self._allowed, skipped)
+            stop_reason = spent or stop_reason
             stop = self._budget_left(trial)
             if not stop and warm is None and self.llm is not None and not self.llm.off:
                 hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
@@ -418,7 +425,7 @@ class Tuner:
             reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
         if reference:
             verdict = stats.compare(reference, [measurement["step_times_s"]], self.job.effective_batch, floor)
-            if verdict.ratio <= 1 or verdict.verdict == "slower":
+            if self._screened_out(verdict, reference, measurement):
                 for result in fresh:
                     if result["state"] == "complete":
                         incumbent.add(result["measurement"])  # a reference on this card for the next trials
@@ -458,9 +465,7 @@ class Tuner:
         simulated tunes, A/A false keeps per trial with and without them, the same seeds)."""
         added = 0
         while verdict.verdict == "no difference" and added < self.steps.extra_pairs and self._room_for(2):
-            runs = min(len(results), len(fresh))
-            narrowed = math.sqrt(runs / (runs + self.steps.extra_pairs - added))
-            if verdict.ratio - (verdict.ratio - verdict.low) * narrowed <= 1 + floor:
+            if not self._could_close(verdict, fresh, results, self.steps.extra_pairs - added):
                 break  # even the most pairs allowed would leave the interval inside the floor
             added += 1
             total = 2 + added
@@ -481,9 +486,29 @@ class Tuner:
                      floor: float) -> stats.Comparison:
         """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
         would turn the machine's drift into a gain)."""
+        if self.steps.keep_rule == "sequential":
+            return keep_rule.verdict(self.records, [r["measurement"] for r in incumbent_runs],
+                                     [r["measurement"] for r in candidate_runs], 2 + self.steps.extra_pairs)
         return stats.compare([r["measurement"]["step_times_s"] for r in incumbent_runs],
                              [r["measurement"]["step_times_s"] for r in candidate_runs], self.job.effective_batch,
                              floor)
+
+    def _could_close(self, verdict: stats.Comparison, fresh: list[dict[str, Any]], results: list[dict[str, Any]],
+                     left: int) -> bool:
+        """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
+        if self.steps.keep_rule == "sequential":
+            return keep_rule.could_close(self.records, [r["measurement"] for r in fresh],
+                                         [r["measurement"] for r in results], left, 2 + self.steps.extra_pairs)
+        runs = min(len(results), len(fresh))
+        narrowed = math.sqrt(runs / (runs + left))
+        return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor
+
+    def _screened_out(self, verdict: stats.Comparison, reference: list[list[float]],
+                      measurement: dict[str, Any]) -> bool:
+        """Whether one run already says the candidate is not worth confirming."""
+        if self.steps.keep_rule == "sequential":
+            return keep_rule.screened_out(self.records, reference, measurement, self.job.effective_batch)
+        return verdict.ratio <= 1 or verdict.verdict == "slower"
 
     def _room_for(self, runs: int) -> bool:
         """Whether `runs` more measurements fit in the time budget. They build on the incumbent, so a

@@ -22,11 +22,12 @@ proposed as one combined change.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from ..kb.claims import Claim, change_value
 from ..knobs import CATALOG, IMAGE_PIXEL_CAP, Knobs, divisors, not_applicable
+from .combine import repaired, together
 
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     ("padding", ("padding_free", "longest")),
@@ -140,6 +141,10 @@ def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measure
                 skipped.append((f"{knob}={value}", why_not))
                 continue
             hypothesis = score(knob, value, incumbent, claims, features, order)
+            changes = repaired(incumbent, hypothesis.changes, device, effective_batch)
+            if changes is None:
+                continue
+            hypothesis = replace(hypothesis, also=changes[1:])  # e.g. padding off longest ends group_by_length
             if key(hypothesis.apply(incumbent)) not in measured:
                 ready.append(hypothesis)
     ready += _enabled(incumbent, device, effective_batch, measured, claims, features, set(blocked))
@@ -325,11 +330,12 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
         (knob, (_, value)), = diff.items()
         if knob not in best or record["ratio"] > best[knob][0]:
             best[knob] = (record["ratio"], value)
+    # together(): a change that applied when it was added may not in the config they make at the end.
+    ordered = [(knob, value) for knob, (_, value) in sorted(best.items(), key=lambda item: -item[1][0])]
     changes, current, gain = [], incumbent, 1.0
-    for knob, (ratio, value) in sorted(best.items(), key=lambda item: -item[1][0]):
-        if not_applicable(knob, value, current, device, effective_batch) is None:
-            changes.append((knob, value))
-            current, gain = current.with_change(knob, value), gain * ratio
+    for knob, value in together(incumbent, ordered, device, effective_batch):
+        changes.append((knob, value))
+        current, gain = current.with_change(knob, value), gain * best[knob][0]
     if len(changes) < 2 or key(current) in measured:
         return None
     (knob, value), *rest = changes

@@ -1,0 +1,54 @@
+"""What the loop tries next, beyond the ranked single changes, and when it may stop.
+
+Pure: from the ranked hypotheses, the trials so far and the beliefs, the hypotheses to try in order,
+or why there is nothing left worth a trial. In order:
+1. the ranked single changes, less those refuted here (reasoner.links: a change that lost beyond the
+   noise on an incumbent differing only in knobs unlinked to it), and after a combined change was
+   kept, each of its parts undone alone first;
+2. when those are spent: the changes that each measured faster within the noise, pooled;
+3. then a model of every trial (reasoner.surrogate) over every config one or two changes away:
+   interacting pairs, changes that lost on an incumbent since changed in a knob they interact with.
+   Its best proposal is tried while its expected improvement clears the noise floor; below it the
+   loop stops and says so.
+Every proposal passes `allowed` (the user's `only=`, the frame's limits, the script's settings).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable
+
+from .kb.claims import Claim
+from .knobs import Knobs
+from .reasoner import Hypothesis, pooled
+from .reasoner.links import reverts, unrefuted
+from .reasoner.surrogate import proposals
+
+Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothesis], list[tuple[str, str]]]]
+
+
+def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: list[dict[str, Any]], device: dict[str, Any],
+                    effective_batch: int, measured: set[tuple], claims: Iterable[Claim], features: dict[str, Any],
+                    floor: float, allowed: Allowed, skipped: list[tuple[str, str]]) -> tuple[list[Hypothesis], str | None]:
+    """The hypotheses to try, best first, and (when there are none) why the search stops."""
+    claims = list(claims)
+    undo = allowed(reverts(incumbent, records, measured, device, effective_batch), [])[0]
+    hypotheses = undo + [h for h in unrefuted(ranked, incumbent, records, claims, skipped)
+                         if h.change not in {u.change for u in undo}]
+    if hypotheses:
+        return hypotheses, None
+    combined = pooled(incumbent, records, device, effective_batch, measured)
+    if combined is not None:
+        hypotheses = allowed([combined], skipped)[0]
+        if hypotheses:
+            return hypotheses, None
+    proposed = allowed(proposals(incumbent, records, device, effective_batch, measured, claims, features), [])[0]
+    proposed = unrefuted(proposed, incumbent, records, claims, [])
+    threshold = math.log1p(floor)
+    if not proposed:
+        return [], "every applicable change and every pair of changes was tried"
+    best = proposed[0]
+    if best.score < threshold:
+        return [], (f"the best proposal left ({best.change}) expects an improvement of x{math.exp(best.score):.4f}, "
+                    f"below the {floor:.2%} noise floor")
+    return [best], None

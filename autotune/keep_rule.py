@@ -1,0 +1,80 @@
+"""The loop's keep rule on a trial's runs: probes.sequential fed from the tune's records.
+
+The run-to-run spread is pooled over every group of runs of one config this tune measured: the
+baseline's repeats, each earlier trial's candidate runs (its records), and this trial's incumbent
+and candidate runs. The margin a gain must clear is one run's clock resolution (a scheduler slice over
+the run's time, as probes.stats), not an A/A floor: the spread is already in the interval.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .probes import sequential, stats
+
+# One run says "not worth confirming" only when it is slower beyond this one-sided level: a screen
+# that discards on any ratio below 1 loses a quarter of real 10% gains at a CPU's run-to-run noise.
+SCREEN_ALPHA = 0.05
+# More pairs are spent only on what could be shown at least this much faster: a 0.3% gain is real but
+# not worth sixteen more runs.
+WORTH = 0.01
+
+
+def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]]) -> list[list[float]]:
+    """Samples/s of each group of runs of one config: the records' own runs and this trial's."""
+    out = [[m["samples_per_s"] for m in r.get("measurements") or ()] for r in records]
+    return [g for g in out + [[m["samples_per_s"] for m in c] for c in current] if len(g) > 1]
+
+
+def margin(records: list[dict[str, Any]]) -> float:
+    runs = [sum(m["step_times_s"]) for m in records[0]["measurements"]] if records else []
+    return stats.SCHED_SLICE_S / sorted(runs)[len(runs) // 2] if runs else 0.0
+
+
+def looks(most: int) -> tuple[int, ...]:
+    """The pair counts at which a trial is decided: doubling (2, 4, 8, 16) up to the most it may take.
+    Few looks keep each one's share of the false-keep rate large; doubling keeps late ones worth it."""
+    return tuple(n for n in sequential.LOOKS if n < most) + (most,)
+
+
+def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
+            most: int) -> stats.Comparison:
+    """The sequential verdict on this trial's runs (`most`: the pairs it may take), as the loop's
+    Comparison; between two looks it stays undecided."""
+    spread = sequential.pooled(groups(records, incumbent, candidate))
+    floor = margin(records)
+    points = looks(most)
+    v = sequential.decide([m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate],
+                          spread, floor, len(points))
+    confidence = 1 - 2 * sequential.ALPHA / len(points)
+    if len(candidate) not in points and len(candidate) < most and v.verdict != "no difference":
+        nxt = min(n for n in points if n > len(candidate))
+        return stats.Comparison(v.ratio, v.low, v.high, confidence, floor, "no difference",
+                                f"{v.reason.split(')')[0]}): undecided until the look at {nxt} pairs")
+    return stats.Comparison(v.ratio, v.low, v.high, confidence, floor, v.verdict, v.reason)
+
+
+def could_close(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
+                left: int, most: int) -> bool:
+    """Could `left` more pairs clear the margin, were the true ratio one standard error above the one
+    measured so far? Stopping early when not only ever turns a keep into a discard (no false keep is
+    added); the standard error of slack keeps a real gain that started on an unlucky pair open."""
+    spread = sequential.pooled(groups(records, incumbent, candidate))
+    inc = [m["samples_per_s"] for m in incumbent]
+    cand = [m["samples_per_s"] for m in candidate]
+    d = sum(math.log(v) for v in cand) / len(cand) - sum(math.log(v) for v in inc) / len(inc)
+    now = spread.sd * math.sqrt(1 / len(cand) + 1 / len(inc))
+    end = spread.sd * math.sqrt(1 / (len(cand) + left) + 1 / (len(inc) + left))
+    t = sequential.t_quantile(1 - sequential.ALPHA / len(looks(most)), spread.df + 2 * left)
+    return d + now - t * end > math.log1p(max(margin(records), WORTH))
+
+
+def screened_out(records: list[dict[str, Any]], reference: list[list[float]], measurement: dict[str, Any],
+                 rows_per_step: int) -> bool:
+    """After one run: is the candidate slower than the incumbent's runs beyond the noise?"""
+    spread = sequential.pooled(groups(records))
+    incumbent = [stats.throughput(run, rows_per_step) for run in reference]
+    d = math.log(stats.throughput(measurement["step_times_s"], rows_per_step)) - sum(math.log(v) for v in incumbent) / len(incumbent)
+    se = spread.sd * math.sqrt(1 + 1 / len(incumbent))
+    return d + sequential.t_quantile(1 - SCREEN_ALPHA, spread.df) * se < 0

@@ -1,0 +1,136 @@
+"""Which knobs a change's effect depends on, and what the trials so far refute.
+
+A change measured on one incumbent says something about it on another only where the two differ in
+knobs that do not touch its effect. Two sources say which knobs do:
+- the interaction table below: pairs whose effects are known to depend on each other (the cost of an
+  attention kernel depends on how much padding it computes; a larger micro-batch pads more, fits
+  only with checkpointing, changes what compile traces, and moves the optimizer's share of a step);
+- the beliefs: a claim about the change whose condition reads another knob (`padding == longest`),
+  or one that relates the two (`enables`, `conflicts`).
+
+A change that lost by more than the noise on an incumbent is refuted on every incumbent that differs
+from that one only in knobs unlinked to it: it is not tried again there (no trial spent on what is
+known). It is re-tried once an incumbent differs in a linked knob: the loss may not hold there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..kb.claims import Claim
+from ..knobs import Knobs, not_applicable
+from .combine import repaired
+from .rank import Hypothesis
+
+INTERACTIONS: frozenset[frozenset[str]] = frozenset(frozenset(pair) for pair in (
+    ("attn_implementation", "padding"),
+    ("per_device_train_batch_size", "padding"),
+    ("per_device_train_batch_size", "gradient_checkpointing"),
+    ("per_device_train_batch_size", "torch_compile"),
+    ("optim", "per_device_train_batch_size"),
+    ("group_by_length", "padding"),
+    ("group_by_length", "per_device_train_batch_size"),
+    ("attn_implementation", "precision"),
+))
+
+# Feature names that are knobs (kb.features.knob_features renames the micro-batch).
+_FEATURE_KNOB = {"micro_batch": "per_device_train_batch_size"}
+
+
+def linked(knob: str, claims: Iterable[Claim] = ()) -> set[str]:
+    """The knobs whose value may change the effect of changing `knob` (the knob itself included)."""
+    found = {knob} | {other for pair in INTERACTIONS if knob in pair for other in pair}
+    knobs = set(Knobs().to_dict())
+    for claim in claims:
+        if not claim.active:
+            continue
+        read = {_FEATURE_KNOB.get(c.feature, c.feature) for c in claim.condition} & knobs
+        related = {change.partition("=")[0] for _, change in claim.relations} & knobs
+        if claim.knob == knob:
+            found |= read | related
+        elif knob in read | related:
+            found.add(claim.knob)
+    return found
+
+
+def incumbents(records: list[dict[str, Any]]) -> list[tuple[Knobs, dict[str, Any]]]:
+    """(the incumbent it was tried on, record) for every trial, in order: the incumbent is the config
+    of the latest kept trial before it (the baseline's at first)."""
+    if not records:
+        return []
+    current, out = Knobs.from_dict(records[0]["knobs"]), []
+    for record in records[1:]:
+        out.append((current, record))
+        if record["decision"] == "keep":
+            current = Knobs.from_dict(record["knobs"])
+    return out
+
+
+def lost(record: dict[str, Any]) -> bool:
+    """Did this trial measure its change slower than its incumbent beyond the noise floor?"""
+    state = record.get("replayed_state") or record["state"]
+    interval, floor = record.get("interval"), record.get("noise_floor") or 0.0
+    return state == "complete" and record["decision"] == "discard" and bool(interval) and interval[1] < 1 - floor
+
+
+def refuted(hypothesis: Hypothesis, incumbent: Knobs, records: list[dict[str, Any]],
+            claims: Iterable[Claim] = ()) -> str | None:
+    """Why `hypothesis` need not be tried on `incumbent`: the same change lost by more than the noise
+    on an incumbent that differs from this one only in knobs unlinked to it; None if none did."""
+    if hypothesis.also:
+        return None  # a combined change is judged whole: its parts lost alone, not together
+    claims = list(claims)
+    near = linked(hypothesis.knob, claims)
+    for tried_on, record in incumbents(records):
+        if record["change"] != hypothesis.change or not lost(record):
+            continue
+        differs = set(incumbent.diff(tried_on))
+        if not differs & near:
+            low, high = record["interval"]
+            where = ("this incumbent" if not differs else
+                     f"an incumbent that differs only in {', '.join(sorted(differs))}, which nothing links to it")
+            return (f"refuted: lost x{record['ratio']:.3f} [{low:.3f}, {high:.3f}] in trial {record['trial']} "
+                    f"on {where}")
+    return None
+
+
+def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: list[dict[str, Any]],
+              claims: Iterable[Claim], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
+    """The hypotheses not refuted here; each refuted one joins `skipped` with why."""
+    claims = list(claims)
+    kept = []
+    for hypothesis in hypotheses:
+        why = refuted(hypothesis, incumbent, records, claims)
+        if why:
+            skipped.append((hypothesis.change, why))
+        else:
+            kept.append(hypothesis)
+    return kept
+
+
+def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple], device: dict[str, Any],
+            effective_batch: int) -> list[Hypothesis]:
+    """After a combined change was kept (a warm start, a pooled change), each of its parts undone on
+    its own: it was judged only together with the others, and one of them may cost here what the
+    rest gain (a warm start's padding from another job's data)."""
+    from .rank import CATALOG_ORDER, key
+
+    history = incumbents(records)
+    if not history or history[-1][1]["decision"] != "keep":
+        return []
+    before, record = history[-1]
+    source = (record.get("hypothesis") or {}).get("source")
+    if source not in ("warm_start", "pooled") or "+" not in (record["change"] or ""):
+        return []
+    order = [knob for knob, _ in CATALOG_ORDER]
+    out = []
+    for knob, (value, _) in sorted(before.diff(incumbent).items(),
+                                   key=lambda item: order.index(item[0]) if item[0] in order else len(order)):
+        changes = repaired(incumbent, ((knob, value),), device, effective_batch)
+        if changes is None or not_applicable(knob, value, incumbent, device, effective_batch):
+            continue
+        hypothesis = Hypothesis(knob, value, f"undo {knob} of the combined change kept in trial {record['trial']}: "
+                                "it was measured only together with the others", also=changes[1:], source="revert")
+        if key(hypothesis.apply(incumbent)) not in measured:
+            out.append(hypothesis)
+    return out

@@ -1,0 +1,68 @@
+"""What the trials refute, and what the loop tries once the single changes are spent."""
+
+from __future__ import annotations
+
+from autotune.decide import next_hypotheses
+from autotune.knobs import Knobs
+from autotune.reasoner import Hypothesis
+from autotune.reasoner.links import linked, refuted, reverts
+from autotune.reasoner.surrogate import proposals
+
+CPU = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": True, "fused_adamw": True, "memory_bytes": 2**34}
+START = Knobs()
+
+
+def trial(n: int, knobs: Knobs, change: str, ratio: float, decision: str = "discard", source: str = "rank",
+          spread: float = 0.02) -> dict:
+    return {"trial": n, "change": change, "knobs": knobs.to_dict(), "state": "complete", "decision": decision,
+            "ratio": ratio, "interval": [ratio * (1 - spread), ratio * (1 + spread)], "noise_floor": 0.01,
+            "measurements": [], "hypothesis": {"source": source}}
+
+
+def baseline() -> dict:
+    return {"trial": 0, "change": None, "knobs": START.to_dict(), "state": "complete", "decision": "baseline",
+            "ratio": None, "interval": None, "measurements": []}
+
+
+def allow_all(hypotheses, skipped):
+    return hypotheses, skipped
+
+
+def test_the_interaction_table_and_the_beliefs_link_knobs():
+    assert {"padding", "optim", "gradient_checkpointing", "torch_compile"} <= linked("per_device_train_batch_size")
+    assert "optim" not in linked("attn_implementation")
+
+
+def test_a_change_that_lost_is_not_retried_where_only_unlinked_knobs_changed_but_is_where_a_linked_one_did():
+    micro = Hypothesis("per_device_train_batch_size", 8, "")
+    records = [baseline(), trial(1, START.with_change("per_device_train_batch_size", 8), micro.change, 0.7),
+               trial(2, START.with_change("attn_implementation", "sdpa"), "attn_implementation=sdpa", 1.2, "keep")]
+    on_sdpa = START.with_change("attn_implementation", "sdpa")
+    why = refuted(micro, on_sdpa, records)
+    assert why and "lost x0.700" in why and "attn_implementation" in why
+    assert refuted(micro, START.with_change("padding", "padding_free"), records) is None  # padding is linked
+    # A loss within the noise refutes nothing.
+    close = [baseline(), trial(1, START.with_change("per_device_train_batch_size", 8), micro.change, 0.99)]
+    assert refuted(micro, on_sdpa, close) is None
+
+
+def test_the_parts_of_a_kept_warm_start_are_undone_one_at_a_time():
+    kept = START.with_change("per_device_train_batch_size", 8).with_change("padding", "padding_free")
+    records = [baseline(), trial(1, kept, "per_device_train_batch_size=8+padding=padding_free", 1.6, "keep",
+                                 source="warm_start")]
+    undo = reverts(kept, records, set(), CPU, 8)
+    assert [h.change for h in undo] == ["padding=max_length", "per_device_train_batch_size=1"]
+
+
+def test_once_the_singles_are_spent_the_model_proposes_a_pair_and_stops_below_the_floor():
+    # Each change alone lost a little; sdpa is linked to padding: the pair is what is left to try.
+    records = [baseline(), trial(1, START.with_change("padding", "padding_free"), "padding=padding_free", 0.97),
+               trial(2, START.with_change("attn_implementation", "sdpa"), "attn_implementation=sdpa", 0.98)]
+    measured = {tuple(sorted(Knobs.from_dict(r["knobs"]).to_dict().items())) for r in records}
+    ranked = proposals(START, records, CPU, 8, measured)
+    assert ranked and all(h.source == "model" for h in ranked) and ranked[0].score >= ranked[-1].score
+    hypotheses, stop = next_hypotheses(START, [], records, CPU, 8, measured, [], {}, 0.01, allow_all, [])
+    assert stop is None and len(hypotheses) == 1 and hypotheses[0].source == "model"
+    # With every config near the incumbent measured a clear loss, nothing is worth a trial: it says so.
+    _, stop = next_hypotheses(START, [], records, CPU, 8, measured, [], {}, 10.0, allow_all, [])
+    assert stop and "below the 1000.00% noise floor" in stop
