@@ -56,7 +56,7 @@ def _json_lines(text: str, path: Path, label: str) -> Iterator[Any]:
         try:
             row = json.loads(line)
         except (ValueError, RecursionError) as error:
-            why = getattr(error, "msg", None) or type(error).__name__
+            why = getattr(error, "msg", None) or ("nests too deeply" if isinstance(error, RecursionError) else str(error))
             raise JobError(f"{label}: line {number} of {path} is not JSON ({why}); fix or remove that line") from None
         if not isinstance(row, dict):
             raise JobError(f"{label}: line {number} of {path} is a JSON {type(row).__name__}, not an object "
@@ -91,8 +91,8 @@ def _rows(path: Path, label: str) -> Iterator[Any]:
         header = next(reader, None)
         for values in reader:
             yield dict(zip(header or (), values))
-    else:  # .txt: one row per line
-        yield from ({"text": line} for line in text.splitlines())
+    else:  # .txt: one row per line that holds text
+        yield from ({"text": line} for line in text.splitlines() if line.strip())
 
 
 def _parquet(path: Path, label: str) -> Iterator[Any]:

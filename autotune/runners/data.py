@@ -66,13 +66,19 @@ def load_examples(dataset: str, seed: int, limit: int) -> Iterable[dict[str, Any
     import datasets
 
     path = Path(dataset).expanduser()
-    if path.suffix.lower() in SUFFIX_TO_BUILDER:
-        data = datasets.load_dataset(SUFFIX_TO_BUILDER[path.suffix.lower()], data_files=str(path), split="train")
-    elif path.is_dir():
-        data = datasets.load_from_disk(str(path)) if (path / "dataset_info.json").exists() else datasets.load_dataset(str(path), split="train")
-    else:
-        name, _, config = dataset.partition(":")
-        data = datasets.load_dataset(name, config or None, split="train")
+    try:
+        if path.suffix.lower() in SUFFIX_TO_BUILDER:
+            data = datasets.load_dataset(SUFFIX_TO_BUILDER[path.suffix.lower()], data_files=str(path), split="train")
+        elif path.is_dir():
+            data = datasets.load_from_disk(str(path)) if (path / "dataset_info.json").exists() else datasets.load_dataset(str(path), split="train")
+        else:
+            name, _, config = dataset.partition(":")
+            data = datasets.load_dataset(name, config or None, split="train")
+    except Exception as error:  # noqa: BLE001 - the frame's crash reason names the dataset, not only the library's error
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        raise ValueError(f"dataset={dataset}: `datasets` cannot read it ({type(error).__name__}: {first[:300]})") from error
+    if len(data) == 0:
+        raise ValueError(f"dataset={dataset}: holds no rows; give a dataset with at least one")
     data = data.shuffle(seed=seed)
     return data.select(range(min(limit, len(data))))
 

@@ -188,7 +188,8 @@ def parse_script(path: Path) -> ast.Module:
     try:
         return ast.parse(text, filename=str(path))
     except SyntaxError as error:
-        raise JobError(f"script={path}: not valid Python ({error.msg}, line {error.lineno}); "
+        where = f", line {error.lineno}" if error.lineno else ""
+        raise JobError(f"script={path}: not valid Python ({error.msg}{where}); "
                        "autotune reads the script as Python 3 saved as UTF-8") from None
     except (RecursionError, MemoryError, ValueError):  # nesting past the parser's limit; a NUL byte
         raise JobError(f"script={path}: Python that nests too deeply (or holds a NUL byte) for autotune to read") from None

@@ -1,0 +1,295 @@
+"""Every bad input is one line on stderr, the right exit code, no traceback, and nothing changed outside
+what the command owns (a refused job creates no run folder and touches no file at all).
+
+In-process through `autotune.cli.main`, so the whole table runs in seconds. The inputs the ordinary
+job validation already covers (tests/test_cli_validation.py: unknown key, bad choice, indivisible
+batch, ...) are not repeated here; these are the sizes, files and folders of issue 16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.job import job_from_words
+
+VALID = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4"]
+BIG = "9" * 5000
+# A public host key (ed25519), only to make a well-formed `@cert-authority` line.
+PUBLIC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAXZI8INPX87gQVhgwfbWj+HbIzSr17d0IOXIDBcPhjS"
+
+
+def _bomb(levels: int = 9, width: int = 9) -> str:
+    """Nested dict aliases: `width ** levels` values once expanded, from a dozen lines."""
+    lines = ["l0: &l0 {a: 1, b: 2}"]
+    for level in range(1, levels + 1):
+        items = ", ".join(f"k{i}: *l{level - 1}" for i in range(width))
+        lines.append(f"l{level}: &l{level} {{{items}}}")
+    return "\n".join(lines + ["max_len: 64", "per_device_train_batch_size: 1"]) + "\n"
+
+
+ARGPARSE = ("import argparse\nparser = argparse.ArgumentParser()\n"
+            "parser.add_argument('--max_len', type=int, default={max_len})\n"
+            "parser.add_argument('--per_device_train_batch_size', type=int, default={batch})\n")
+
+
+def make_world(root: Path) -> None:
+    """The files every case reads: small, written before the snapshot."""
+    (root / "home" / ".ssh").mkdir(parents=True)
+    (root / "home" / ".ssh" / "known_hosts").write_text(
+        f"# comment\n@cert-authority *.example.com {PUBLIC_KEY}\n@revoked old.example.com {PUBLIC_KEY}\n")
+    (root / "a_file").write_text("not a folder\n")
+    (root / "a_folder").mkdir()
+    (root / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (root / "not_json.json").write_text("{torn")
+    (root / "export.json").write_text(json.dumps({"schema_version": 1, "claims": [], "claim_history": [],
+                                                  "runs": [], "trials": []}))
+    data = root / "data"
+    data.mkdir()
+    (data / "empty.jsonl").write_text("")
+    (data / "blank.jsonl").write_text("\n  \n\n")
+    (data / "torn.jsonl").write_text('{"text": "fine"}\n{"text": "torn\n{"text": "fine"}\n')
+    (data / "arrays.jsonl").write_text("[1, 2]\n[3, 4]\n")
+    (data / "numbers.jsonl").write_text('{"a": 1, "b": 2.5}\n{"a": 3, "b": null}\n')
+    (data / "latin1.jsonl").write_bytes(b'{"text": "caf\xe9"}\n')
+    (data / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (data / "header_only.csv").write_text("text,label\n")
+    (data / "blank.txt").write_text("\n\n   \n")
+    (data / "fake.parquet").write_bytes(b"this is not parquet")
+    (data / "empty_list.json").write_text("[]")
+    (data / "no_data_files").mkdir()
+    (data / "no_data_files" / "README.md").write_text("nothing here\n")
+    models = root / "models"
+    for name, text in (("garbage", "garbage{"), ("a_list", "[1, 2]"), ("text_size", '{"num_hidden_layers": 2, '
+                       '"hidden_size": "abc"}'), ("huge_size", '{"num_hidden_layers": 2, "hidden_size": '
+                       + "9" * 400 + "}")):
+        (models / name).mkdir(parents=True)
+        (models / name / "config.json").write_text(text)
+    scripts = root / "scripts"
+    scripts.mkdir()
+    (scripts / "latin1.py").write_bytes(b"# caf\xe9\n" + ARGPARSE.format(max_len=64, batch=1).encode())
+    (scripts / "nul.py").write_bytes(b"x = 1\x00\n")
+    (scripts / "non_literal.py").write_text(ARGPARSE.format(max_len="int('64')", batch="{[1]: 2}"))
+    (scripts / "plain.py").write_text("print('training')\n")
+    (scripts / "bomb.yaml").write_text(_bomb())
+    (scripts / "loop.yaml").write_text("a: &a [*a]\nmax_len: 64\n")
+    (scripts / "torn.yaml").write_text("max_len: [64\n")
+    (scripts / "deep.json").write_text("[" * 200 + "]" * 200)
+    runs = root / "runs"
+    for run, files in (("bad-job", {"job.json": "garbage"}), ("list-job", {"job.json": "[1, 2]"}),
+                       ("odd-job", {"job.json": json.dumps({"run": "odd-job", "colour": "red"})}),
+                       ("bad-state", {"job.json": json.dumps(job_from_words("bad-state", VALID)[0].to_dict()),
+                                      "state.json": "{torn"})):
+        (runs / run).mkdir(parents=True)
+        for name, text in files.items():
+            (runs / run / name).write_text(text)
+
+
+def tune(run: str, *words: str) -> list[str]:
+    return ["tune", run, *words]
+
+
+def job(**override: str) -> list[str]:
+    values = dict(word.split("=", 1) for word in VALID)
+    values.update(override)
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+S = "scripts/"
+# (id, argv, exit code, text the one line holds, paths the command owns: only they may change)
+CASES = [
+    # numbers of thousands of digits, and past the bound in fewer
+    ("max_len-5000-digits", tune("r", *job(max_len=BIG)), 2, "max_len= has a value of", ()),
+    ("time-5000-digits", tune("r", *job(time=BIG + "s")), 2, "time=", ()),
+    ("micro-batch-5000-digits", tune("r", *job(per_device_train_batch_size=BIG)), 2,
+     "per_device_train_batch_size=", ()),
+    ("mem_limit-400-digits", tune("r", *job(mem_limit="9" * 400 + "GB")), 2, "a number of 400 digits", ()),
+    ("max_len-19-digits", tune("r", *job(max_len="1" * 19)), 2, "max_len=", ()),
+    ("seed-30-digits", tune("r", *job(seed="7" * 30)), 2, "seed=", ()),
+    ("accumulation-25-digits", tune("r", *job(gradient_accumulation_steps="3" * 25)), 2,
+     "gradient_accumulation_steps=", ()),
+    ("max_trials-40-digits", tune("r", *job(max_trials="5" * 40)), 2, "max_trials=", ()),
+    ("llm_timeout-30-digits", tune("r", *job(llm="m", llm_timeout="9" * 30 + "s")), 2, "llm_timeout", ()),
+    ("dataset-path-5000-chars", tune("r", *job(dataset="d" * 5000 + ".jsonl")), 2, "dataset= has a value of", ()),
+    ("suggest-max_len-5000-digits", ["suggest", "model=7B", f"max_len={BIG}"], 2, "max_len=", ()),
+    ("suggest-gpu_mem-400-digits", ["suggest", "model=7B", "max_len=512", f"gpu_mem={'9' * 400}GB"], 2,
+     "gpu_mem=", ()),
+    ("suggest-gpu_mem-zero", ["suggest", "model=7B", "max_len=512", "gpu_mem=0"], 2, "gpu_mem=", ()),
+    ("suggest-padding_share-huge", ["suggest", "model=7B", "max_len=512", "padding_share=1e999"], 2,
+     "padding_share", ()),
+    # ordinary bad numbers not in test_cli_validation
+    ("max_len-negative", tune("r", *job(max_len="-64")), 2, "max_len", ()),
+    ("effective_batch-negative", tune("r", *job(effective_batch="-4")), 2, "effective_batch", ()),
+    ("seed-negative", tune("r", *job(seed="-1")), 2, "seed", ()),
+    ("mem_margin-nan", tune("r", *job(mem_margin="nan")), 2, "mem_margin", ()),
+    ("mem_margin-above-0.9", tune("r", *job(mem_margin="2")), 2, "mem_margin", ()),
+    ("host-port-too-big", tune("r", *job(host="me@box:99999")), 2, "host", ()),
+    ("suggest-unknown-key", ["suggest", "model=7B", "max_len=512", "colour=red"], 2, "colour", ()),
+    # kb= and the files kb commands write
+    ("kb-is-a-file", tune("r", *job(kb="a_file")), 2, "a_file is a file", ()),
+    ("kb-under-a-file", tune("r", *job(kb="a_file/kb")), 2, "cannot be made", ()),
+    ("kb-list-on-a-file", ["kb", "list", "--kb", "a_file"], 2, "is a file", ()),
+    ("kb-import-into-a-file", ["kb", "import", "export.json", "--kb", "a_file"], 2, "a_file is a file", ()),
+    ("kb-export-to-a-folder", ["kb", "export", "a_folder"], 2, "is a folder", ()),
+    ("kb-export-under-a-file", ["kb", "export", "a_file/out.json"], 2, "a_file is a file", ()),
+    ("kb-graph-to-a-folder", ["kb", "graph", "a_folder"], 2, "is a folder", ()),
+    ("kb-graph-under-a-file", ["kb", "graph", "a_file/graph.png"], 2, "a_file is a file", ()),
+    ("kb-import-200000-deep", ["kb", "import", "deep.json"], 2, "deep", ()),
+    ("kb-import-not-json", ["kb", "import", "not_json.json"], 2, "not JSON", ()),
+    ("kb-show-unknown-claim", ["kb", "show", "no-such-claim"], 2, "no-such-claim", ("kb",)),
+    # a damaged run folder on resume / review: exit 1, the folder named, nothing of it rewritten
+    ("resume-garbage-job.json", tune("bad-job", "resume"), 1, "job.json: not JSON", ("runs/bad-job",)),
+    ("review-garbage-job.json", tune("bad-job", "review"), 1, "job.json: not JSON", ("runs/bad-job",)),
+    ("resume-job.json-a-list", tune("list-job", "resume"), 1, "holds no JSON object", ("runs/list-job",)),
+    ("resume-job.json-odd-keys", tune("odd-job", "resume"), 1, "not a job autotune wrote", ("runs/odd-job",)),
+    ("resume-garbage-state.json", tune("bad-state", "resume"), 1, "state.json: not JSON",
+     ("runs/bad-state", "kb")),
+    # scripts and their configs
+    ("script-latin1-bytes", tune("r", f"script={S}latin1.py", "effective_batch=4"), 2, "not UTF-8", ()),
+    ("script-nul-byte", tune("r", f"script={S}nul.py", "effective_batch=4"), 2, "null bytes", ()),
+    ("script-non-literal-defaults", tune("r", f"script={S}non_literal.py", "effective_batch=4"), 2,
+     "must be a whole number", ()),
+    ("yaml-nested-dict-aliases", tune("r", f"script={S}plain.py", f"script_configs={S}bomb.yaml",
+                                      "effective_batch=4"), 2, "aliases expand", ()),
+    ("yaml-self-referencing-anchor", tune("r", f"script={S}plain.py", f"script_configs={S}loop.yaml",
+                                          "effective_batch=4"), 2, "aliases expand", ()),
+    ("yaml-torn", tune("r", f"script={S}plain.py", f"script_configs={S}torn.yaml", "effective_batch=4"), 2,
+     "not valid YAML", ()),
+    ("json-config-200-deep", tune("r", f"script={S}plain.py", f"script_configs={S}deep.json",
+                                  "effective_batch=4"), 2, "nests deeper", ()),
+    # a model folder whose config.json is not one
+    ("suggest-config-garbage", ["suggest", "model=models/garbage", "max_len=512"], 2, "not JSON", ()),
+    ("suggest-config-a-list", ["suggest", "model=models/a_list", "max_len=512"], 2, "no object", ()),
+    ("suggest-config-text-size", ["suggest", "model=models/text_size", "max_len=512"], 2, "hidden size", ()),
+    ("suggest-config-400-digit-size", ["suggest", "model=models/huge_size", "max_len=512"], 2, "hidden size", ()),
+    ("tune-config-garbage", tune("r", *job(model="./models/garbage")), 2, "not JSON", ()),
+    # datasets: refused before the frame, naming the file
+    ("dataset-empty-jsonl", tune("r", *job(dataset="data/empty.jsonl")), 2, "holds no rows", ()),
+    ("dataset-blank-jsonl", tune("r", *job(dataset="data/blank.jsonl")), 2, "holds no rows", ()),
+    ("dataset-torn-line", tune("r", *job(dataset="data/torn.jsonl")), 2, "line 2 of data/torn.jsonl", ()),
+    ("dataset-json-arrays", tune("r", *job(dataset="data/arrays.jsonl")), 2, "line 1", ()),
+    ("dataset-no-text-column", tune("r", *job(dataset="data/numbers.jsonl")), 2, "text column", ()),
+    ("dataset-latin1", tune("r", *job(dataset="data/latin1.jsonl")), 2, "not UTF-8", ()),
+    ("dataset-200000-deep-line", tune("r", *job(dataset="data/deep.jsonl")), 2, "nests too deeply", ()),
+    ("dataset-csv-header-only", tune("r", *job(dataset="data/header_only.csv")), 2, "holds no rows", ()),
+    ("dataset-txt-blank", tune("r", *job(dataset="data/blank.txt")), 2, "holds no rows", ()),
+    ("dataset-fake-parquet", tune("r", *job(dataset="data/fake.parquet")), 2, "not a parquet file", ()),
+    ("dataset-empty-json-list", tune("r", *job(dataset="data/empty_list.json")), 2, "holds no rows", ()),
+    ("dataset-folder-without-data", tune("r", *job(dataset="data/no_data_files")), 2, "no data file", ()),
+    # known_hosts with a marker line paramiko cannot read: the tune reaches the connection, one line
+    ("known_hosts-cert-authority", tune("r", *job(host="me@127.0.0.1:1")), 1, "cannot connect", ("runs/r", "kb")),
+]
+
+
+def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:
+    """Every path under root with (is folder, mtime, size): a file written, made or removed shows."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_mtime_ns, p.stat().st_size)
+            for p in root.rglob("*")}
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    make_world(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in ("AUTOTUNE_DEBUG", "AUTOTUNE_RUNS", "AUTOTUNE_TEST_INJECT"):
+        monkeypatch.delenv(name, raising=False)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    yield tmp_path
+    for signum, handler in handlers.items():  # main() installs its own; pytest's come back
+        signal.signal(signum, handler)
+
+
+def changed(before: dict, after: dict, owned: tuple[str, ...]) -> list[str]:
+    paths = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+    def mine(path: str) -> bool:
+        return any(path == o or path.startswith(o + os.sep) for o in owned) or any(
+            o.startswith(path + os.sep) for o in owned)  # the folders holding what it owns (mtime)
+
+    return sorted(p for p in paths if not mine(p))
+
+
+@pytest.mark.parametrize("argv, code, needle, owned", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_changes_nothing_it_does_not_own(world, capsys, argv, code, needle, owned):
+    before = snapshot(world)
+    assert main(argv) == code
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("autotune: ") and needle in lines[0], lines[0]
+    assert len(lines[0]) < 700, f"one readable line, not a dump: {len(lines[0])} characters"
+    assert changed(before, snapshot(world), owned) == []
+    if code == 2:
+        assert not (world / "runs" / "r").exists(), "a refused job must not create its run folder"
+
+
+def test_the_table_covers_at_least_forty_inputs():
+    assert len(CASES) >= 40 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_yaml_bomb_is_refused_in_well_under_a_second_of_work(world, capsys):
+    """A billion values once expanded (9 ** 9 dicts of 9): refused on the node graph, never built."""
+    (world / "scripts" / "billion.yaml").write_text(_bomb(levels=9, width=10))
+    started = time.monotonic()
+    assert main(tune("r", f"script={S}plain.py", f"script_configs={S}billion.yaml", "effective_batch=4")) == 2
+    assert time.monotonic() - started < 10  # it took 49 s, then a MemoryError
+    assert "aliases expand" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_kb_folder_is_refused_before_anything_is_written(world, capsys):
+    folder = world / "locked"
+    folder.mkdir()
+    folder.chmod(0o500)
+    try:
+        before = snapshot(world)
+        assert main(tune("r", *job(kb="locked/kb"))) == 2
+        assert main(["kb", "import", "export.json", "--kb", "locked"]) == 2
+        assert main(["kb", "export", "locked/out.json"]) == 2
+        lines = capsys.readouterr().err.splitlines()
+        assert len(lines) == 3 and all("not writable" in line for line in lines), lines
+        assert changed(before, snapshot(world), ()) == []
+    finally:
+        folder.chmod(0o700)
+
+
+def _boom(*_args, **_kwargs):
+    raise RuntimeError("an unforeseen failure\nwith a second line")
+
+
+def test_an_unforeseen_exception_is_one_line_exit_1(world, capsys, monkeypatch):
+    monkeypatch.setattr("autotune.suggest.advise", _boom)
+    assert main(["suggest", "model=7B", "max_len=512"]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["autotune: suggest: RuntimeError: an unforeseen failure with a second line; "
+                                "run again with AUTOTUNE_DEBUG=1 for the traceback"]
+
+
+def test_autotune_debug_shows_the_traceback(world, capsys, monkeypatch):
+    monkeypatch.setattr("autotune.suggest.advise", _boom)
+    monkeypatch.setenv("AUTOTUNE_DEBUG", "1")
+    assert main(["suggest", "model=7B", "max_len=512"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and "_boom" in err
+    assert err.splitlines()[-1] == "autotune: suggest: RuntimeError: an unforeseen failure with a second line"
+    assert main(["kb", "export", "a_folder"]) == 2  # input errors too: the traceback, then the same line
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.splitlines()[-1].startswith("autotune: kb export: a_folder is a folder")
+
+
+def test_an_os_error_names_the_file(world, capsys, monkeypatch):
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device", "somewhere/kb_graph.png")
+
+    monkeypatch.setattr("autotune.kb_commands.draw", full)
+    assert main(["kb", "graph"]) == 1
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("autotune: kb graph: OSError:") and "somewhere/kb_graph.png" in line and "\n" not in line
