@@ -225,6 +225,8 @@ def advise(words: list[str]) -> dict[str, Any]:
 
     features, knobs, device, notes, kb = features_from_words(words)
     folder = kb_folder(kb)
+    if folder.exists() and not folder.is_dir():
+        raise JobError(f"kb={folder}: is a file, not a knowledge-base folder; give its folder")
     beliefs = Beliefs(Store(folder)) if folder.exists() else Beliefs()
     ready, skipped = rank(knobs, device, features["effective_batch"], set(), beliefs.claims(), features)
     sources = {c.id: c.source for c in beliefs.claims()}

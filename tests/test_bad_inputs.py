@@ -135,6 +135,7 @@ CASES = [
     ("kb-is-a-file", tune("r", *job(kb="a_file")), 2, "a_file is a file", ()),
     ("kb-under-a-file", tune("r", *job(kb="a_file/kb")), 2, "cannot be made", ()),
     ("kb-list-on-a-file", ["kb", "list", "--kb", "a_file"], 2, "is a file", ()),
+    ("suggest-kb-a-file", ["suggest", "model=7B", "max_len=512", "kb=a_file"], 2, "is a file", ()),
     ("kb-import-into-a-file", ["kb", "import", "export.json", "--kb", "a_file"], 2, "a_file is a file", ()),
     ("kb-export-to-a-folder", ["kb", "export", "a_folder"], 2, "is a folder", ()),
     ("kb-export-under-a-file", ["kb", "export", "a_file/out.json"], 2, "a_file is a file", ()),
@@ -293,3 +294,12 @@ def test_an_os_error_names_the_file(world, capsys, monkeypatch):
     assert main(["kb", "graph"]) == 1
     line = capsys.readouterr().err.strip()
     assert line.startswith("autotune: kb graph: OSError:") and "somewhere/kb_graph.png" in line and "\n" not in line
+
+
+def test_a_script_that_declares_latin1_is_read_as_python_reads_it(tmp_path):
+    from autotune.script.discover import discover
+
+    script = tmp_path / "train.py"
+    script.write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + ARGPARSE.format(max_len=64, batch=2).encode())
+    found = discover(script, [])
+    assert found.get("max_len").value == 64 and found.get("micro_batch").value == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import parsers, pyconfig
-from .discover import Discovery, Setting, _alias, read_argparse, read_config
+from .discover import Discovery, Setting, _alias, parse_script, read_argparse, read_config
 
 _SIMPLE = (bool, int, float, str)
 _BOOLS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
@@ -43,12 +43,9 @@ def _typed(text: Any, like: Any, literal: bool) -> Any:
 
 
 def _tree(script: Path) -> ast.Module:
-    from ..errors import JobError
-
-    try:
-        return ast.parse(script.read_text(), filename=str(script))
-    except SyntaxError as error:
-        raise JobError(f"script={script}: not valid Python ({error.msg}, line {error.lineno})") from None
+    # One reader of the source for every style: its size bounded, decoded as Python decodes it (a
+    # `coding:` line honoured), bytes that are not text one line naming the script (discover.py).
+    return parse_script(script)
 
 
 def _defaults(script: Path, tree: ast.Module, style: parsers.Style, parser_file: str | None) -> list[Setting]:
