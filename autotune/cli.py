@@ -71,6 +71,9 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
         job, modes = load_job(Path(runs_dir), run), again
     else:
         job, modes = job_from_words(run, words)
+        from .inputs import check_writable_folder
+
+        check_writable_folder(Path(runs_dir), f"--runs-dir {runs_dir}")  # before the run folder is made
     if "review" in modes:
         return review(run, job, runs_dir)
     executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python)

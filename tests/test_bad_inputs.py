@@ -134,6 +134,8 @@ CASES = [
     # kb= and the files kb commands write
     ("kb-is-a-file", tune("r", *job(kb="a_file")), 2, "a_file is a file", ()),
     ("kb-under-a-file", tune("r", *job(kb="a_file/kb")), 2, "cannot be made", ()),
+    ("runs-dir-a-file", tune("r", *job(), "--runs-dir", "a_file"), 2, "a_file is a file", ()),
+    ("runs-dir-under-a-file", tune("r", *job(), "--runs-dir", "a_file/runs"), 2, "cannot be made", ()),
     ("kb-list-on-a-file", ["kb", "list", "--kb", "a_file"], 2, "is a file", ()),
     ("suggest-kb-a-file", ["suggest", "model=7B", "max_len=512", "kb=a_file"], 2, "is a file", ()),
     ("kb-import-into-a-file", ["kb", "import", "export.json", "--kb", "a_file"], 2, "a_file is a file", ()),
