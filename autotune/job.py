@@ -57,12 +57,12 @@ JOB_KEYS = {
                     "(where autotune does not recognise them)",
     "allow_image_resize": "true to let autotune try image resolution limits on a VLM (max_image_pixels; they "
                           "change what is trained, so never by default); default false",
-}
-# model=mlp checks an install in a minute: everything but the model has a default. Its rows are
-# `max_len` features each (the MLP's input size), from a seeded generator, so dataset= is synthetic.
     "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
                "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
                "default true)",
+}
+# model=mlp checks an install in a minute: everything but the model has a default. Its rows are
+# `max_len` features each (the MLP's input size), from a seeded generator, so dataset= is synthetic.
 MLP_DEFAULTS = {"dataset": "synthetic", "max_len": "512", "effective_batch": "64", "mlp_width": "1024",
                 "mlp_depth": "4", "mlp_rows": "8192"}
 # Its smoke run (the install check) ends within two minutes, frame and baseline included.
@@ -120,11 +120,11 @@ class Job:
     mlp_depth: int = 0
     mlp_rows: int = 0
     allow_image_resize: bool = False
+    realize: bool = True
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
 
     def __post_init__(self) -> None:
-    realize: bool = True
         # `.` and `..` would make runs/RUN/ the runs folder or its parent (and, over SSH, the remote home).
         if self.run in (".", "..") or not re.fullmatch(r"[A-Za-z0-9._-]+", self.run):
             raise JobError(f"run name {self.run!r}: use letters, digits, '.', '_' or '-', not '.' or '..' alone "
