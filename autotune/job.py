@@ -87,6 +87,9 @@ _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IG
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# Sizes the frame and the runners materialise: beyond these a job would exhaust the machine's memory in
+# the child (10**17 tokens a row) instead of being refused here. Each is far above any real job.
+MAXIMA = {"max_len": 2**20, "effective_batch": 2**16, "mlp_width": 2**16, "mlp_depth": 1024, "mlp_rows": 10**7}
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,8 @@ def _whole(key: str, text: str, minimum: int) -> int:
     check_digits(key, text)
     if not re.fullmatch(r"\d+", text.strip()) or int(text) < minimum:
         raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
+    if int(text) > MAXIMA.get(key, int(text)):
+        raise JobError(f"{key}={text}: at most {MAXIMA[key]:,}; the frame builds every row (or layer) of it in memory")
     return int(text)
 
 

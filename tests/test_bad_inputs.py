@@ -124,6 +124,9 @@ CASES = [
     ("suggest-padding_share-huge", ["suggest", "model=7B", "max_len=512", "padding_share=1e999"], 2,
      "padding_share", ()),
     # ordinary bad numbers not in test_cli_validation
+    ("max_len-17-digits", tune("r", *job(max_len="1" + "0" * 16)), 2, "at most 1,048,576", ()),
+    ("effective_batch-huge", tune("r", *job(effective_batch="1" + "0" * 12)), 2, "at most 65,536", ()),
+    ("mlp_rows-huge", tune("r", "model=mlp", "mlp_rows=" + "1" + "0" * 15), 2, "mlp_rows=", ()),
     ("max_len-negative", tune("r", *job(max_len="-64")), 2, "max_len", ()),
     ("effective_batch-negative", tune("r", *job(effective_batch="-4")), 2, "effective_batch", ()),
     ("seed-negative", tune("r", *job(seed="-1")), 2, "seed", ()),
