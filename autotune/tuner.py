@@ -525,8 +525,8 @@ class Tuner:
         image resolution cap) is exempt, and once one is kept, later changes are held to its losses."""
         if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
             return {"ok": True, "checked": False, "worst": None, "tolerance": None,
-                    "reason": "parity not checked: the script's model is not called with labels, so its "
-                              "per-row losses are out of reach"}
+                    "reason": measurement.get("parity_note") or base.get("parity_note")
+                    or "parity not checked: the script's per-row losses are out of reach"}
         retrained = [name for name in knobs.diff(incumbent.knobs) if CATALOG[name].changes_training]
         if retrained:
             return {"ok": True, "checked": False, "worst": None, "tolerance": None,

@@ -8,9 +8,9 @@ written; a script that itself writes into an existing file of the user's does so
 Process-wide hooks are installed before the script starts:
 - an optimizer step post-hook (every optimizer) times each step, with the device synchronised;
 - forward hooks on every module find the outermost model (the largest module called from the top)
-  and read rows and real tokens from its inputs and, for the first two optimizer steps, per-row
-  losses from its logits and labels (parity), keyed by each row's tokens so batching order does not
-  matter;
+  and read rows and real tokens from its inputs and, for the first two optimizer steps (dropout off),
+  per-row losses from the loss the script computes (parity, script_losses.py), keyed by each row's
+  tokens so batching order does not matter;
 - the memory probe and the NVML sampler run as for the built-in runner.
 After two parity steps, `warmup_max` warm-up steps and `measure_steps` measured ones, the hook ends
 the script by raising `MeasurementDone` through it.
@@ -25,10 +25,12 @@ import runpy
 import shutil
 import sys
 import time
+import types
 from pathlib import Path
 from typing import Any
 
 from . import common
+from .script_losses import PARITY_STEPS, LossReader, patch_cross_entropy
 
 
 _is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
@@ -129,8 +131,7 @@ class Meter:
         self.step_tokens: list[int] = []
         self.step_padded: list[int] = []
         self.ends: list[float] = []
-        self.losses: dict[str, dict[str, float]] = {"step1": {}, "step2": {}}
-        self.loss_reachable = True
+        self.reader = LossReader()   # per-row losses for parity (script_losses.py)
         self.trainable = self.frozen = self.params = 0
         self.optimizer: Any = None
         # What the step was seen to do (script_checks.py): per model call and per optimizer step.
@@ -156,13 +157,20 @@ class Meter:
                            if type(m).__name__ in ("Linear", "Conv1D") and getattr(m, "weight", None) is not None}
                 self.trainable = sum(w.numel() for w in weights.values() if w.requires_grad)
                 self.frozen = sum(w.numel() for w in weights.values() if not w.requires_grad)
+                if len(self.ends) < PARITY_STEPS:
+                    self.reader.quiet(module)
+            if module is self.root:
+                self.reader.begin()
         self.depth += 1
 
     def after(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         if _compiling():
             return
         self.depth = max(0, self.depth - 1)
-        if module is not self.root or not module.training:
+        if module is not self.root:
+            return
+        self.reader.in_model = False
+        if not module.training:
             return
         import torch
 
@@ -175,25 +183,7 @@ class Meter:
         self._observe(module, ids, len(keyed))
         self.tokens += sum(span.stop - span.start for _, span, _ in keyed)
         self.padded += ids.numel()
-        step = len(self.ends) + 1
-        if step <= 2:
-            self._losses(f"step{step}", kwargs.get("labels"), getattr(output, "logits", None), keyed)
-
-    def _losses(self, key: str, labels: Any, logits: Any, keyed: list) -> None:
-        import torch
-
-        if labels is None or logits is None:
-            self.loss_reachable = False
-            return
-        with torch.no_grad():
-            shifted = torch.nn.functional.cross_entropy(logits[:, :-1].float().transpose(1, 2), labels[:, 1:],
-                                                        ignore_index=-100, reduction="none")
-            valid = labels[:, 1:] != -100
-            for row_key, span, index in keyed:
-                inner = slice(span.start, max(span.start, span.stop - 1))
-                count = int(valid[index, inner].sum())
-                if count:
-                    self.losses[key][row_key] = float(shifted[index, inner][valid[index, inner]].sum() / count)
+        self.reader.end(len(self.ends) + 1, keyed, ids, args, kwargs, output)
 
     def _observe(self, module: Any, ids: Any, rows: int) -> None:
         import torch
@@ -229,14 +219,18 @@ class Meter:
         self.step_padded.append(self.padded)
         self.step_calls.append(self.calls)
         self.rows = self.tokens = self.padded = self.calls = 0
+        if len(self.ends) == PARITY_STEPS:
+            self.reader.restore()   # the timed steps run with the script's own dropout
         if len(self.ends) >= 2 + self.warmup + self.measure:
             raise MeasurementDone()
 
     @property
     def parity(self) -> dict[str, list[float]] | None:
-        if not self.loss_reachable or not self.losses["step1"]:
-            return None
-        return {key: [values[k] for k in sorted(values)] for key, values in self.losses.items()}
+        return self.reader.parity
+
+    def reading(self) -> LossReader | None:
+        """The loss reader while parity steps run outside a graph dynamo traces, else None."""
+        return None if _compiling() or len(self.ends) >= PARITY_STEPS else self.reader
 
 
 def _install(meter: Meter) -> list[Any]:
@@ -248,7 +242,8 @@ def _install(meter: Meter) -> list[Any]:
     _is_compiling = torch.compiler.is_compiling
     return [nn_module.register_module_forward_pre_hook(meter.before),
             nn_module.register_module_forward_hook(meter.after, with_kwargs=True, always_call=True),
-            optimizer_hooks.register_optimizer_step_post_hook(meter.stepped)]
+            optimizer_hooks.register_optimizer_step_post_hook(meter.stepped),
+            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading))]
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
@@ -306,7 +301,8 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         "median_step_s": median(measured), "step_times_s": [round(t, 6) for t in measured],
         "warmup_times_s": [round(t, 6) for t in warmup], "real_tokens_per_step": tokens,
         "model_flops": flops, "hardware_flops": flops, "mfu": mfu, "hfu": mfu, "peak_flops": peak,
-        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity, "nvml": sampler.summary(),
+        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity, "parity_note": meter.reader.why_not,
+        "nvml": sampler.summary(),
         "env": {"torch": torch.__version__, "threads": torch.get_num_threads()},
         "model": {"params": meter.params, "matmul_params": meter.trainable + meter.frozen,
                   "trainable_params": sum(p.numel() for p in meter.root.parameters() if p.requires_grad),
