@@ -160,7 +160,10 @@ def _say(text: str) -> None:
             import traceback
 
             traceback.print_exc()
-        print("autotune: " + " / ".join(part.strip() for part in text.splitlines() if part.strip()), file=sys.stderr)
+        line = " / ".join(part.strip() for part in text.splitlines() if part.strip())
+        # Printable only: an escape byte in a name the user gave (or a file held) is shown, never sent.
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+        print("autotune: " + line, file=sys.stderr)
     except OSError:  # SIGHUP: the terminal is gone
         pass
 

@@ -18,6 +18,8 @@ from .errors import JobError
 
 MAX_DIGITS = 18          # 10**18 rows, tokens or seconds is beyond any job; 2**63 has 19 digits
 MAX_WORD_CHARS = 4096    # one key=value word: a path is at most 4096 bytes on Linux
+NAME_MAX = 255           # bytes of one file or folder name (Linux, macOS)
+PATH_KEYS = ("model", "dataset", "kb", "ssh_key", "script", "script_configs")
 MAX_JSON_DEPTH = 64      # records nest a handful deep; a hostile file may nest 200,000 deep
 MAX_JSON_BYTES = 512 * 2**20
 MAX_CONFIG_BYTES = 16 * 2**20  # a config file (YAML, JSON, config.json) is kilobytes
@@ -45,6 +47,16 @@ def check_word(word: str) -> None:
         key, sep, _ = word.partition("=")
         what = f"{key}= has a value of" if sep and key.isidentifier() and len(key) <= 40 else f"{shown(word)} has"
         raise JobError(f"{what} {len(word)} characters; a word here has at most {MAX_WORD_CHARS}")
+
+
+def check_path(key: str, value: str) -> None:
+    """Each name in a path (each of a comma-separated list) is at most NAME_MAX bytes: a longer one makes
+    the first `exists()` raise ENAMETOOLONG instead of answering no."""
+    for part in value.split(","):
+        for name in part.split("/"):
+            if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+                raise JobError(f"{key}={shown(value)}: a file or folder name of {len(name)} characters; "
+                               f"at most {NAME_MAX} bytes a name")
 
 
 def read_bytes(path: Path, label: str, max_bytes: int = MAX_CONFIG_BYTES, error: type[Exception] = JobError) -> bytes:

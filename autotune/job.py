@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError
-from .inputs import check_digits, check_word, check_writable_folder, read_json
+from .inputs import PATH_KEYS, check_digits, check_path, check_word, check_writable_folder, read_json
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .presets import DEMO_PRESET, PRESETS, is_vision_preset
 
@@ -269,6 +269,8 @@ def parse_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
             raise JobError(f"unknown key '{key}'; accepted keys: {', '.join(list(JOB_KEYS) + list(CATALOG))}")
         if value == "":
             raise JobError(f"{key}= is empty; expected {JOB_KEYS.get(key, 'a value')}")
+        if key in PATH_KEYS:
+            check_path(key, value)
         pairs[key] = value
     return pairs, modes
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError
-from .inputs import check_digits, check_word, read_json, shown
+from .inputs import PATH_KEYS, check_digits, check_path, check_word, read_json, shown
 from .kb.features import GPU_MEMORY_GB, NO_BF16, gpu_key, knob_features
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .presets import PRESETS
@@ -166,6 +166,8 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
             raise JobError(f"unknown key '{key}'; accepted keys: {', '.join(list(SUGGEST_KEYS) + list(CATALOG))}")
         if key in pairs:
             raise JobError(f"key '{key}' is given twice; give it once")
+        if key in PATH_KEYS:
+            check_path(key, value)
         pairs[key] = value
     for key in ("model", "max_len"):
         if key not in pairs:

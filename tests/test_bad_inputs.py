@@ -134,6 +134,10 @@ CASES = [
     ("mem_margin-above-0.9", tune("r", *job(mem_margin="2")), 2, "mem_margin", ()),
     ("host-port-too-big", tune("r", *job(host="me@box:99999")), 2, "host", ()),
     ("suggest-unknown-key", ["suggest", "model=7B", "max_len=512", "colour=red"], 2, "colour", ()),
+    ("escape-bytes-shown-not-sent", tune("r", *job(only="\x1b[2J")), 2, "\\x1b[2J is not a knob", ()),
+    ("dataset-name-too-long", tune("r", *job(dataset="n" * 300 + ".jsonl")), 2, "a file or folder name of 306", ()),
+    ("ssh_key-name-too-long", tune("r", *job(host="me@box", ssh_key="k" * 300)), 2, "ssh_key=", ()),
+    ("suggest-model-name-too-long", ["suggest", "model=./" + "m" * 300, "max_len=512"], 2, "model=", ()),
     # kb= and the files kb commands write
     ("kb-is-a-file", tune("r", *job(kb="a_file")), 2, "a_file is a file", ()),
     ("kb-under-a-file", tune("r", *job(kb="a_file/kb")), 2, "cannot be made", ()),
@@ -227,7 +231,7 @@ def test_bad_input_is_one_line_and_changes_nothing_it_does_not_own(world, capsys
     before = snapshot(world)
     assert main(argv) == code
     out, err = capsys.readouterr()
-    assert "Traceback" not in out + err, err
+    assert "Traceback" not in out + err and "\x1b" not in err, err
     lines = err.splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("autotune: ") and needle in lines[0], lines[0]
