@@ -36,6 +36,7 @@ def test_trial_measures_throughput_memory_and_parity_losses(tmp_path, framed):
     assert result["state"] == "complete", result
     measurement = result["measurement"]
     validate("measurement", measurement)
+    assert measurement["env"]["trainer"].startswith("trl.SFTTrainer ")  # trained inside the installed trainer
     assert measurement["samples_per_s"] > 0 and measurement["tokens_per_s"] > 0
     assert len(measurement["step_times_s"]) == 3
     assert len(measurement["parity_losses"]["step1"]) == 4  # one loss per row of the first step
