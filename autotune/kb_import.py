@@ -10,11 +10,11 @@ one run again skips what is already there.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import JobError, RecordError
+from .inputs import read_json
 from .kb.beliefs import Beliefs
 from .kb.claims import Claim, Evidence, Update
 from .kb.store import InvalidRecordError
@@ -32,12 +32,8 @@ def _read_export(path: Path) -> dict[str, Any]:
     """The export file, its shape checked before anything is written (one JobError line otherwise)."""
     if not path.is_file():
         raise JobError(f"kb import: {path} does not exist (write one with `autotune kb export FILE`)")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise JobError(f"kb import: {path} is not JSON ({getattr(error, 'msg', error)})") from None
-    except RecursionError:
-        raise JobError(f"kb import: {path} nests too deeply to be a knowledge-base export") from None
+    # Bounded before it is decoded (size, depth, digits of a number); one line naming the file otherwise.
+    data = read_json(path, "kb import", hint="give a file written by `autotune kb export FILE`")
 
     def bad(why: str) -> JobError:
         return JobError(f"kb import: {path} is not a knowledge-base export ({why})")

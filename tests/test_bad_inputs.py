@@ -48,6 +48,7 @@ def make_world(root: Path) -> None:
     (root / "a_folder").mkdir()
     (root / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
     (root / "not_json.json").write_text("{torn")
+    (root / "big_number.json").write_text('{"schema_version": ' + BIG + "}")
     (root / "export.json").write_text(json.dumps({"schema_version": 1, "claims": [], "claim_history": [],
                                                   "runs": [], "trials": []}))
     data = root / "data"
@@ -150,7 +151,8 @@ CASES = [
     ("kb-export-under-a-file", ["kb", "export", "a_file/out.json"], 2, "a_file is a file", ()),
     ("kb-graph-to-a-folder", ["kb", "graph", "a_folder"], 2, "is a folder", ()),
     ("kb-graph-under-a-file", ["kb", "graph", "a_file/graph.png"], 2, "a_file is a file", ()),
-    ("kb-import-200000-deep", ["kb", "import", "deep.json"], 2, "deep", ()),
+    ("kb-import-200000-deep", ["kb", "import", "deep.json"], 2, "deep.json: nests deeper than 64", ()),
+    ("kb-import-5000-digit-number", ["kb", "import", "big_number.json"], 2, "not JSON autotune reads", ()),
     ("kb-import-not-json", ["kb", "import", "not_json.json"], 2, "not JSON", ()),
     ("kb-show-unknown-claim", ["kb", "show", "no-such-claim"], 2, "no-such-claim", ("kb",)),
     # a damaged run folder on resume / review: exit 1, the folder named, nothing of it rewritten
