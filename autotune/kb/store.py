@@ -26,34 +26,29 @@ and only that, and says what it removed.
 
 Queries run over the records held in memory through tinydb (a read-only storage fed by the files);
 each read first loads whatever other processes have appended since the last read, and only that.
-
-Checking every record against its schema costs far more than parsing it (about 0.1 ms a record, so a
-second for 10,000). A `.<table>.checked.json` file remembers a prefix of the table file that has
-passed the current schemas, by length and sha256; a later open still parses every line and checks ids,
-but skips the schema check for lines inside a prefix whose bytes and schemas hash the same. Any edit
-inside the prefix, or any change to a schema file, changes a hash and everything is checked again.
+The checked-prefix cache that spares re-checking old records is described in `files.py`.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shlex
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache, reduce
-from importlib import resources
+from functools import reduce
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 from tinydb import TinyDB, where
 from tinydb.storages import Storage
 
 from ..errors import RecordError
 from ..io import DiskError, write_all
+from ..schemas import violation
+from .files import SUFFIX, checked_prefix, cut, fsync_dir, locked, marker_path, write_mark
+from .repair import Repair, repair
 
 # table name -> schema file (without .json) in autotune/schemas/
 TABLES: dict[str, str] = {
@@ -62,8 +57,6 @@ TABLES: dict[str, str] = {
     "claims": "kb_claim",
     "claim_history": "kb_claim_history",
 }
-SUFFIX = ".jsonl"
-LOCK_FILE = ".store.lock"
 DISK_HINT = ("free space and run the command again; nothing of this write was kept (a tune goes on with "
              "`autotune tune RUN resume`)")
 MARK_EVERY = 256  # newly checked lines before the checked-prefix cache is brought up to date
@@ -84,97 +77,6 @@ class CorruptFileError(RecordError):
 
 class TornLineError(CorruptFileError):
     """The last line of a table file was cut off by a crash; `repair(folder)` removes it."""
-
-
-@dataclass(frozen=True)
-class Repair:
-    """What `repair` removed from one file: the torn last line (never a complete record)."""
-
-    path: Path
-    line: int
-    removed_bytes: int
-    preview: str
-
-    def __str__(self) -> str:
-        return (f"{self.path}: removed torn line {self.line} ({self.removed_bytes} bytes, "
-                f"an append that never completed): {self.preview}")
-
-
-# ---------------------------------------------------------------------------------------------- schemas
-
-@lru_cache(maxsize=None)
-def _validator(schema: str) -> Any:
-    """A Draft 2020-12 validator for autotune/schemas/<schema>.json; other schema files resolve as $refs."""
-    import jsonschema
-    from referencing import Registry, Resource
-
-    folder = resources.files("autotune.schemas")
-    contents = {item.name: json.loads(item.read_text()) for item in folder.iterdir()
-                if item.name.endswith(".json")}
-    if f"{schema}.json" not in contents:
-        raise RecordError(f"no schema {schema}.json in autotune/schemas/")
-    registry = Registry().with_resources((name, Resource.from_contents(body)) for name, body in contents.items())
-    return jsonschema.Draft202012Validator(contents[f"{schema}.json"], registry=registry)
-
-
-@lru_cache(maxsize=1)
-def _schemas_digest() -> str:
-    """sha256 over every schema file: a checked-prefix cache holds only while none of them changes."""
-    digest = hashlib.sha256()
-    for item in sorted(resources.files("autotune.schemas").iterdir(), key=lambda item: item.name):
-        if item.name.endswith(".json"):
-            digest.update(item.name.encode() + b"\0" + item.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-def _violation(schema: str, record: Any) -> str | None:
-    """The first schema violation of a record, as one line, or None when it is valid."""
-    error = next(iter(_validator(schema).iter_errors(record)), None)
-    if error is None:
-        return None
-    where_ = "/".join(str(p) for p in error.absolute_path) or "(top)"
-    return f"not valid against {schema}.json: at {where_}: {error.message}"
-
-
-# ------------------------------------------------------------------------------------------------ locks
-
-@contextmanager
-def _locked(folder: Path, exclusive: bool) -> Iterator[None]:
-    # Opened per use, never kept: a forked child sharing the parent's descriptor would share its lock.
-    mode = (os.O_RDWR if exclusive else os.O_RDONLY) | os.O_CREAT | os.O_CLOEXEC
-    try:
-        fd = os.open(folder / LOCK_FILE, mode, 0o600)
-    except OSError:
-        if exclusive or os.access(folder, os.W_OK):
-            raise
-        fd = None  # a read-only folder that nobody can append to: reading needs no lock
-    if fd is None:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # closing the only descriptor of this open file releases the lock
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _cut(path: Path, size: int) -> None:
-    """Take a table file back to `size` bytes: undoes this change's append to it."""
-    try:
-        with open(path, "r+b") as handle:
-            handle.truncate(size)
-            os.fsync(handle.fileno())
-    except OSError as error:
-        raise DiskError(path, error, f"cutting it back to {size} bytes failed, so it may keep part of an "
-                                     f"unfinished change; `autotune kb repair` removes a torn last line") from None
 
 
 # ---------------------------------------------------------------------------------------------- storage
@@ -270,14 +172,14 @@ class Store:
         plan = [(table, state, checked) for table, state, checked in plan if checked]
         if not plan:
             return result
-        with self._mutex, _locked(self.folder, exclusive=True):
+        with self._mutex, locked(self.folder, exclusive=True):
             written = []
             try:
                 for table, state, checked in plan:
                     written.append((table, state, checked, *self._write(table, state, checked)))
             except BaseException:
                 for _, state, _, _, _, _, start in written:
-                    _cut(state.path, start)
+                    cut(state.path, start)
                 raise
             for table, state, checked, ids, lines, stat, _ in written:
                 for record_id, record, line in zip(ids, checked, lines):
@@ -312,7 +214,7 @@ class Store:
                     f"{state.path} changed while the lock was held ({start} bytes, {state.offset} "
                     f"expected): something writes to it without the lock; nothing was written"))
             if created:
-                _fsync_dir(self.folder)
+                fsync_dir(self.folder)
             # A failed append (disk full, an interrupt) takes its partial lines back with it.
             write_all(fd, b"".join(lines), state.path, start, DISK_HINT)
             return ids, lines, os.fstat(fd), start
@@ -380,7 +282,7 @@ class Store:
             record = json.loads(json.dumps(record, allow_nan=False))
         except (TypeError, ValueError) as error:
             raise InvalidRecordError(f"{which} is not plain JSON ({error}); nothing was written") from None
-        problem = _violation(state.schema, record)
+        problem = violation(state.schema, record)
         if problem:
             raise InvalidRecordError(f"{which} is {problem}; nothing was written")
         return record
@@ -392,7 +294,7 @@ class Store:
             raise RecordError(f"unknown knowledge-base table {table!r}; known: {', '.join(self._tables)}") from None
 
     def _read(self, table: str, state: _Table) -> None:
-        with _locked(self.folder, exclusive=False):
+        with locked(self.folder, exclusive=False):
             self._refresh(table, state)
 
     def _forget(self, table: str, state: _Table) -> None:
@@ -434,37 +336,14 @@ class Store:
             self._mark(state)
         state.identity = identity
 
-    def _marker(self, state: _Table) -> Path:
-        return self.folder / f".{state.path.stem}.checked.json"
-
     def _checked_prefix(self, state: _Table, data: bytes) -> int:
-        """How many leading bytes of `data` (a whole table file) already passed the current schemas."""
-        try:
-            mark = json.loads(self._marker(state).read_text())
-            size = mark["bytes"]
-            if (mark["schemas"] == _schemas_digest() and mark["schema"] == state.schema
-                    and isinstance(size, int) and 0 < size <= len(data) and data[size - 1:size] == b"\n"
-                    and hashlib.sha256(data[:size]).hexdigest() == mark["sha256"]):
-                return size
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # no cache, or an unreadable one: check everything
-        return 0
+        return checked_prefix(marker_path(self.folder, state.path), state.schema, data)
 
     def _mark(self, state: _Table) -> None:
         """Remember (under the lock) that the parsed prefix passed the schemas, once enough is new."""
-        if state.unchecked < MARK_EVERY:
-            return
-        mark = {"schema_version": 1, "schema": state.schema, "schemas": _schemas_digest(),
-                "bytes": state.offset, "sha256": state.hasher.hexdigest()}
-        path = self._marker(state)
-        temp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "w") as out:
-                out.write(json.dumps(mark))
-            os.replace(temp, path)  # a cache: atomic, but no fsync needed (a lost one is rebuilt)
+        if state.unchecked >= MARK_EVERY and write_mark(marker_path(self.folder, state.path), state.schema,
+                                                        state.offset, state.hasher.hexdigest()):
             state.unchecked = 0
-        except OSError:
-            temp.unlink(missing_ok=True)  # a read-only folder: records still load, only slower
 
     def _parse(self, table: str, state: _Table, data: bytes, trusted: int = 0) -> None:
         end = data.rfind(b"\n") + 1  # complete lines end there; anything after is a torn tail
@@ -512,43 +391,10 @@ class Store:
         record_id = entry["id"]
         if not isinstance(record_id, int) or isinstance(record_id, bool) or record_id <= state.last_id:
             raise corrupt(f"id {record_id!r} does not follow id {state.last_id} (ids must count up)")
-        problem = None if checked else _violation(state.schema, entry["record"])
+        problem = None if checked else violation(state.schema, entry["record"])
         if problem:
             raise corrupt(f"record {record_id} is {problem}")
         return record_id, entry["record"]
-
-
-# ----------------------------------------------------------------------------------------------- repair
-
-def repair(folder: Path | str, dry_run: bool = False) -> list[Repair]:
-    """Remove the torn last line of each table file in `folder` and say what was removed.
-
-    Only a last line without its end of line is removed (an append that never completed); complete
-    lines, valid or not, are never touched. Runs under the exclusive lock, so it is safe while other
-    tuners use the folder. Returns one Repair per file changed (none when nothing was torn); with
-    `dry_run`, the same list and nothing changed.
-    """
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        return []
-    done: list[Repair] = []
-    with _locked(folder, exclusive=not dry_run):
-        for path in sorted(folder.glob(f"*{SUFFIX}")):
-            with open(path, "rb" if dry_run else "r+b") as handle:
-                data = handle.read()
-                if not data or data.endswith(b"\n"):
-                    continue
-                keep = data.rfind(b"\n") + 1
-                tail = data[keep:]
-                if not dry_run:
-                    handle.truncate(keep)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-            preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
-            done.append(Repair(path, data.count(b"\n", 0, keep) + 1, len(tail), repr(preview)))
-        for temp in () if dry_run else folder.glob(".*.checked.json.*.tmp"):
-            temp.unlink(missing_ok=True)  # a cache file whose writer was killed before it renamed it
-    return done
 
 
 __all__ = ["TABLES", "Store", "Repair", "repair", "InvalidRecordError", "CorruptFileError", "TornLineError"]

@@ -1,7 +1,12 @@
-"""JSON Schemas of everything stored or exchanged; `validate(name, record)` checks one."""
+"""JSON Schemas of everything stored or exchanged: one place builds their validators.
+
+`validate(name, record)` raises on the first violation; `violation(name, record)` returns it as one
+line; `digest()` hashes every schema file (a cache of checked records holds only while it is equal).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from functools import lru_cache
 from importlib import resources
@@ -18,19 +23,46 @@ def load(name: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1)
-def _validators() -> dict[str, Any]:
+def _contents() -> dict[str, dict[str, Any]]:
+    return {item.name: json.loads(item.read_text()) for item in resources.files(__package__).iterdir()
+            if item.name.endswith(".json")}
+
+
+@lru_cache(maxsize=None)
+def validator(name: str) -> Any:
+    """A Draft 2020-12 validator for autotune/schemas/<name>.json; the other files resolve as $refs."""
     import jsonschema
     from referencing import Registry, Resource
 
-    schemas = {name: load(name) for name in NAMES}
-    registry = Registry().with_resources(
-        (f"{name}.json", Resource.from_contents(schema)) for name, schema in schemas.items())
-    return {name: jsonschema.Draft202012Validator(schema, registry=registry) for name, schema in schemas.items()}
+    contents = _contents()
+    if f"{name}.json" not in contents:
+        raise RecordError(f"no schema {name}.json in autotune/schemas/")
+    registry = Registry().with_resources((file, Resource.from_contents(body)) for file, body in contents.items())
+    return jsonschema.Draft202012Validator(contents[f"{name}.json"], registry=registry)
+
+
+@lru_cache(maxsize=1)
+def digest() -> str:
+    """sha256 over every schema file's name and bytes."""
+    hashed = hashlib.sha256()
+    for item in sorted(resources.files(__package__).iterdir(), key=lambda item: item.name):
+        if item.name.endswith(".json"):
+            hashed.update(item.name.encode() + b"\0" + item.read_bytes() + b"\0")
+    return hashed.hexdigest()
+
+
+def violation(name: str, record: Any) -> str | None:
+    """The first violation of `record` against `name`.json as one line, or None when it is valid."""
+    error = next(iter(validator(name).iter_errors(record)), None)
+    if error is None:
+        return None
+    path = "/".join(str(p) for p in error.absolute_path) or "(top)"
+    return f"not valid against {name}.json: at {path}: {error.message}"
 
 
 def validate(name: str, record: dict[str, Any], where: str = "") -> None:
     """Raise RecordError naming the first violation (and where the record came from)."""
-    error = next(iter(_validators()[name].iter_errors(record)), None)
+    error = next(iter(validator(name).iter_errors(record)), None)
     if error is not None:
         path = "/".join(str(p) for p in error.absolute_path) or "(top)"
         raise RecordError(f"{where or name} record is not valid: at {path}: {error.message}")
