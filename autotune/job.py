@@ -6,61 +6,19 @@ Every bad input raises `JobError` with one line that names the key and the accep
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import JobError
-from .inputs import PATH_KEYS, check_digits, check_path, check_word, check_writable_folder, read_json
+from .inputs import PATH_KEYS, check_digits, check_path, check_word, check_writable_folder
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
+from .job_keys import JOB_KEYS, MLP_MODEL
+from .job_values import check_dataset, check_model, parse_duration, parse_share, parse_size, whole
 from .presets import DEMO_PRESET, PRESETS, is_vision_preset
 
-# The framework-free runner's model: a plain PyTorch MLP over seeded random rows.
-MLP_MODEL = "mlp"
 MODES = ("smoke", "resume", "review", "fresh")
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
-JOB_KEYS = {
-    "model": "mlp (a plain PyTorch MLP), a built-in preset (" + ", ".join(PRESETS) + "), a hub id like Qwen/Qwen2.5-0.5B, or a local folder",
-    "dataset": "synthetic, a hub id like tatsu-lab/alpaca[:config], or a local .jsonl/.json/.parquet/.csv/.txt file "
-               "(for a VLM also a folder of images with a .jsonl naming them)",
-    "max_len": "a whole number of tokens >= 8, for example max_len=2048 (model=mlp: features per row, default 512)",
-    "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
-    "method": "sft or lora",
-    "host": "local, user@host[:port] of a box reachable over SSH (trials run there; records stay here), or "
-            "ray (the Ray cluster at RAY_ADDRESS) or ray://HEAD:PORT: trials in parallel, one GPU each",
-    "ssh_key": "a private key file for host= (default: the SSH agent, then ~/.ssh/id_*)",
-    "ssh_trust_new": "true to record an unknown host's key on first use (default false: it is refused)",
-    "ssh_python": "the Python on the remote box, with torch and transformers (default python3)",
-    "gpu": "a label for the record, for example gpu=4090",
-    "max_trials": "a whole number >= 1, for example max_trials=20",
-    "time": "a duration like 90s, 30m, 2h or 1h30m",
-    "kb": "a folder for the knowledge base, for example kb=~/.autotune/kb",
-    "weights": "pretrained or random (throughput does not need trained weights)",
-    "seed": "a whole number, for example seed=0",
-    "mem_limit": "memory a config may use, like 20GB, 512MiB or 1.5GiB (default: the device's)",
-    "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
-    "script": "your training script (a .py file), run as it is; its knobs are read from its configs and flags",
-    "script_configs": "the config files your script reads, comma-separated, for example script_configs=train.yaml",
-    "only": "the knobs autotune may change, comma-separated, for example only=padding,per_device_train_batch_size "
-            "(default: every knob); the others stay as you set them",
-    "llm": "a model at the OpenAI-compatible server of OPENAI_BASE_URL (OpenAI's by default, key in "
-           "OPENAI_API_KEY) that proposes changes and claims before each trial; off unless given",
-    "llm_timeout": "how long to wait for one LLM answer, like 20s or 2m (default 60s; one retry)",
-    "mlp_width": "with model=mlp: units per hidden layer, a whole number >= 1 (default 1024)",
-    "mlp_depth": "with model=mlp: hidden layers, a whole number >= 1 (default 4)",
-    "mlp_rows": "with model=mlp: distinct seeded random rows, a whole number >= 1 (default 8192)",
-    "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
-    "script_knobs": "your script's own names for knobs, NAME:KNOB comma-separated, for example "
-                    "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps "
-                    "(where autotune does not recognise them)",
-    "allow_image_resize": "true to let autotune try image resolution limits on a VLM (max_image_pixels; they "
-                          "change what is trained, so never by default); default false",
-    "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
-               "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
-               "default true)",
-}
 # model=mlp checks an install in a minute: everything but the model has a default. Its rows are
 # `max_len` features each (the MLP's input size), from a seeded generator, so dataset= is synthetic.
 MLP_DEFAULTS = {"dataset": "synthetic", "max_len": "512", "effective_batch": "64", "mlp_width": "1024",
@@ -82,14 +40,6 @@ SMOKE_TIME_BUDGET_S = 180
 VLM_SMOKE_TIME_BUDGET_S = 285
 _HOST = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+(:\d{1,5})?$")
 _RAY_HOST = re.compile(r"^ray://[A-Za-z0-9._-]+:\d{1,5}$")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$")
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-# Sizes the frame and the runners materialise: beyond these a job would exhaust the machine's memory in
-# the child (10**17 tokens a row) instead of being refused here. Each is far above any real job.
-MAXIMA = {"max_len": 2**20, "effective_batch": 2**16, "mlp_width": 2**16, "mlp_depth": 1024, "mlp_rows": 10**7}
 
 
 @dataclass(frozen=True)
@@ -175,80 +125,6 @@ class Job:
         return cls(**values)
 
 
-def parse_duration(text: str) -> int:
-    check_digits("time", text)
-    match = _DURATION.match(text.strip())
-    if not text.strip() or not match or not any(match.groups()):
-        raise JobError(f"time={text!r}: expected {JOB_KEYS['time']}")
-    hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total <= 0:
-        raise JobError(f"time={text!r}: the budget must be longer than 0 seconds")
-    return total
-
-
-def parse_size(text: str) -> int:
-    check_digits("mem_limit", text)
-    match = _SIZE.match(text.strip())
-    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()]) if match else 0
-    if size < 2**20:  # below a MiB no model fits; a typo such as 0.5B is caught here
-        raise JobError(f"mem_limit={text!r}: expected {JOB_KEYS['mem_limit']}, at least 1MiB")
-    return size
-
-
-def parse_share(text: str) -> float:
-    check_digits("mem_margin", text)
-    try:
-        return float(text)
-    except ValueError:
-        raise JobError(f"mem_margin={text!r}: expected {JOB_KEYS['mem_margin']}") from None
-
-
-def _whole(key: str, text: str, minimum: int) -> int:
-    check_digits(key, text)
-    if not re.fullmatch(r"\d+", text.strip()) or int(text) < minimum:
-        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
-    if int(text) > MAXIMA.get(key, int(text)):
-        raise JobError(f"{key}={text}: at most {MAXIMA[key]:,}; the frame builds every row (or layer) of it in memory")
-    return int(text)
-
-
-def _looks_like_path(value: str) -> bool:
-    return value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
-
-
-def check_model(value: str) -> None:
-    if value in PRESETS or value == MLP_MODEL:
-        return
-    path = Path(value).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise JobError(f"model={value!r}: the folder has no config.json; expected {JOB_KEYS['model']}")
-        if not isinstance(read_json(path / "config.json", f"model={value}"), dict):  # read here, not in the frame
-            raise JobError(f"model={value!r}: its config.json holds no object of settings; fix the file")
-        return
-    if _looks_like_path(value):
-        raise JobError(f"model={value!r}: no such folder; expected {JOB_KEYS['model']}")
-    if not _HUB_ID.match(value):
-        raise JobError(f"model={value!r}: not a hub id; expected {JOB_KEYS['model']}")
-
-
-def check_dataset(value: str) -> None:
-    if value == "synthetic":
-        return
-    path = Path(value).expanduser()
-    if path.suffix.lower() in DATA_SUFFIXES or _looks_like_path(value) or path.is_dir():
-        if not path.exists():
-            raise JobError(f"dataset={value!r}: no such file; expected {JOB_KEYS['dataset']}")
-        from .dataset_check import check_rows
-
-        check_rows(value)  # here, not in the frame: an empty or malformed file is one line naming it
-        return
-    hub_id = value.split(":", 1)[0]
-    if not _HUB_ID.match(hub_id) or value.count(":") > 1:
-        raise JobError(f"dataset={value!r}: not a hub id or file; expected {JOB_KEYS['dataset']}")
-
-
 def parse_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
     """Split `key=value` words from mode words; reject repeats and strays."""
     pairs: dict[str, str] = {}
@@ -297,9 +173,9 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
             raise JobError(f"missing required key '{key}': expected {key}=<{JOB_KEYS[key]}> (or add 'smoke' for the built-in demo job)")
     check_model(pairs["model"])
     check_dataset(pairs["dataset"])
-    effective_batch = _whole("effective_batch", pairs["effective_batch"], 1)
+    effective_batch = whole("effective_batch", pairs["effective_batch"], 1)
     job = Job(**_common(run, pairs, smoke), model=pairs["model"], dataset=pairs["dataset"],
-              max_len=_whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
+              max_len=whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
               method=pairs.get("method", "sft"),
               weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
               allow_image_resize=_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
@@ -345,11 +221,11 @@ def _mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     if smoke and "time" not in pairs:
         pairs = {**pairs, "time": f"{MLP_SMOKE_TIME_BUDGET_S}s"}
     pairs = {**MLP_DEFAULTS, **pairs}
-    effective_batch = _whole("effective_batch", pairs["effective_batch"], 1)
+    effective_batch = whole("effective_batch", pairs["effective_batch"], 1)
     return Job(**_common(run, pairs, smoke), model=MLP_MODEL, dataset="synthetic",
-               max_len=_whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch, weights="random",
-               mlp_width=_whole("mlp_width", pairs["mlp_width"], 1), mlp_depth=_whole("mlp_depth", pairs["mlp_depth"], 1),
-               mlp_rows=_whole("mlp_rows", pairs["mlp_rows"], 1), start=_start_knobs(pairs, effective_batch))
+               max_len=whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch, weights="random",
+               mlp_width=whole("mlp_width", pairs["mlp_width"], 1), mlp_depth=whole("mlp_depth", pairs["mlp_depth"], 1),
+               mlp_rows=whole("mlp_rows", pairs["mlp_rows"], 1), start=_start_knobs(pairs, effective_batch))
 
 
 def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
@@ -375,9 +251,9 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         run=run, host=host, gpu=pairs.get("gpu", ""),
         ssh_key=str(Path(pairs["ssh_key"]).expanduser()) if "ssh_key" in pairs else "",
         ssh_trust_new=trust == "true", ssh_python=pairs.get("ssh_python", "python3"),
-        max_trials=_whole("max_trials", pairs["max_trials"], 1) if "max_trials" in pairs else None,
+        max_trials=whole("max_trials", pairs["max_trials"], 1) if "max_trials" in pairs else None,
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
-        kb=pairs.get("kb", ""), seed=_whole("seed", pairs.get("seed", "0"), 0),
+        kb=pairs.get("kb", ""), seed=whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
         mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=_only(pairs), **_llm(pairs))
 
@@ -436,8 +312,8 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
 
     own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
     adapter = ScriptAdapter.for_script(script, labels, args, None,
-                                  _whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
-                                  _whole("effective_batch", pairs["effective_batch"], 1)
+                                  whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
+                                  whole("effective_batch", pairs["effective_batch"], 1)
                                   if "effective_batch" in pairs else None, own_names)
     if adapter.max_len is None:
         raise JobError(adapter.not_understood("no sequence length found in the script or its configs", ("max_len",))

@@ -1,0 +1,50 @@
+"""The job's keys and what each accepts: the one table behind `autotune tune --help`, the error
+messages and the reference page (docs/reference/job-keys.md)."""
+
+from __future__ import annotations
+
+from .presets import PRESETS
+
+# The framework-free runner's model: a plain PyTorch MLP over seeded random rows.
+MLP_MODEL = "mlp"
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
+JOB_KEYS = {
+    "model": "mlp (a plain PyTorch MLP), a built-in preset (" + ", ".join(PRESETS) + "), a hub id like Qwen/Qwen2.5-0.5B, or a local folder",
+    "dataset": "synthetic, a hub id like tatsu-lab/alpaca[:config], or a local .jsonl/.json/.parquet/.csv/.txt file "
+               "(for a VLM also a folder of images with a .jsonl naming them)",
+    "max_len": "a whole number of tokens >= 8, for example max_len=2048 (model=mlp: features per row, default 512)",
+    "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
+    "method": "sft or lora",
+    "host": "local, user@host[:port] of a box reachable over SSH (trials run there; records stay here), or "
+            "ray (the Ray cluster at RAY_ADDRESS) or ray://HEAD:PORT: trials in parallel, one GPU each",
+    "ssh_key": "a private key file for host= (default: the SSH agent, then ~/.ssh/id_*)",
+    "ssh_trust_new": "true to record an unknown host's key on first use (default false: it is refused)",
+    "ssh_python": "the Python on the remote box, with torch and transformers (default python3)",
+    "gpu": "a label for the record, for example gpu=4090",
+    "max_trials": "a whole number >= 1, for example max_trials=20",
+    "time": "a duration like 90s, 30m, 2h or 1h30m",
+    "kb": "a folder for the knowledge base, for example kb=~/.autotune/kb",
+    "weights": "pretrained or random (throughput does not need trained weights)",
+    "seed": "a whole number, for example seed=0",
+    "mem_limit": "memory a config may use, like 20GB, 512MiB or 1.5GiB (default: the device's)",
+    "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
+    "script": "your training script (a .py file), run as it is; its knobs are read from its configs and flags",
+    "script_configs": "the config files your script reads, comma-separated, for example script_configs=train.yaml",
+    "only": "the knobs autotune may change, comma-separated, for example only=padding,per_device_train_batch_size "
+            "(default: every knob); the others stay as you set them",
+    "llm": "a model at the OpenAI-compatible server of OPENAI_BASE_URL (OpenAI's by default, key in "
+           "OPENAI_API_KEY) that proposes changes and claims before each trial; off unless given",
+    "llm_timeout": "how long to wait for one LLM answer, like 20s or 2m (default 60s; one retry)",
+    "mlp_width": "with model=mlp: units per hidden layer, a whole number >= 1 (default 1024)",
+    "mlp_depth": "with model=mlp: hidden layers, a whole number >= 1 (default 4)",
+    "mlp_rows": "with model=mlp: distinct seeded random rows, a whole number >= 1 (default 8192)",
+    "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
+    "script_knobs": "your script's own names for knobs, NAME:KNOB comma-separated, for example "
+                    "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps "
+                    "(where autotune does not recognise them)",
+    "allow_image_resize": "true to let autotune try image resolution limits on a VLM (max_image_pixels; they "
+                          "change what is trained, so never by default); default false",
+    "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
+               "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
+               "default true)",
+}

@@ -1,0 +1,96 @@
+"""One value of a job key, parsed and checked: durations, sizes, shares, whole numbers, the model
+and the dataset. Each bad value raises `JobError` with one line naming the key and the accepted form."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .errors import JobError
+from .inputs import check_digits, read_json
+from .job_keys import DATA_SUFFIXES, JOB_KEYS, MLP_MODEL
+from .presets import PRESETS
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$")
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# Sizes the frame and the runners materialise: beyond these a job would exhaust the machine's memory in
+# the child (10**17 tokens a row) instead of being refused here. Each is far above any real job.
+MAXIMA = {"max_len": 2**20, "effective_batch": 2**16, "mlp_width": 2**16, "mlp_depth": 1024, "mlp_rows": 10**7}
+
+
+def parse_duration(text: str) -> int:
+    check_digits("time", text)
+    match = _DURATION.match(text.strip())
+    if not text.strip() or not match or not any(match.groups()):
+        raise JobError(f"time={text!r}: expected {JOB_KEYS['time']}")
+    hours, minutes, seconds = (int(g or 0) for g in match.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total <= 0:
+        raise JobError(f"time={text!r}: the budget must be longer than 0 seconds")
+    return total
+
+
+def parse_size(text: str) -> int:
+    check_digits("mem_limit", text)
+    match = _SIZE.match(text.strip())
+    size = int(float(match.group(1)) * _UNITS[match.group(2).lower()]) if match else 0
+    if size < 2**20:  # below a MiB no model fits; a typo such as 0.5B is caught here
+        raise JobError(f"mem_limit={text!r}: expected {JOB_KEYS['mem_limit']}, at least 1MiB")
+    return size
+
+
+def parse_share(text: str) -> float:
+    check_digits("mem_margin", text)
+    try:
+        return float(text)
+    except ValueError:
+        raise JobError(f"mem_margin={text!r}: expected {JOB_KEYS['mem_margin']}") from None
+
+
+def whole(key: str, text: str, minimum: int) -> int:
+    check_digits(key, text)
+    if not re.fullmatch(r"\d+", text.strip()) or int(text) < minimum:
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
+    if int(text) > MAXIMA.get(key, int(text)):
+        raise JobError(f"{key}={text}: at most {MAXIMA[key]:,}; the frame builds every row (or layer) of it in memory")
+    return int(text)
+
+
+def looks_like_path(value: str) -> bool:
+    return value.startswith((".", "/", "~")) or value.count("/") > 1 or os.sep != "/" and os.sep in value
+
+
+def check_model(value: str) -> None:
+    if value in PRESETS or value == MLP_MODEL:
+        return
+    path = Path(value).expanduser()
+    if path.exists():
+        if not (path / "config.json").is_file():
+            raise JobError(f"model={value!r}: the folder has no config.json; expected {JOB_KEYS['model']}")
+        if not isinstance(read_json(path / "config.json", f"model={value}"), dict):  # read here, not in the frame
+            raise JobError(f"model={value!r}: its config.json holds no object of settings; fix the file")
+        return
+    if looks_like_path(value):
+        raise JobError(f"model={value!r}: no such folder; expected {JOB_KEYS['model']}")
+    if not _HUB_ID.match(value):
+        raise JobError(f"model={value!r}: not a hub id; expected {JOB_KEYS['model']}")
+
+
+def check_dataset(value: str) -> None:
+    if value == "synthetic":
+        return
+    path = Path(value).expanduser()
+    if path.suffix.lower() in DATA_SUFFIXES or looks_like_path(value) or path.is_dir():
+        if not path.exists():
+            raise JobError(f"dataset={value!r}: no such file; expected {JOB_KEYS['dataset']}")
+        from .dataset_check import check_rows
+
+        check_rows(value)  # here, not in the frame: an empty or malformed file is one line naming it
+        return
+    hub_id = value.split(":", 1)[0]
+    if not _HUB_ID.match(hub_id) or value.count(":") > 1:
+        raise JobError(f"dataset={value!r}: not a hub id or file; expected {JOB_KEYS['dataset']}")
