@@ -8,8 +8,9 @@ the installed `trl.SFTTrainer` with sequential sampling over the plan's rows; th
 what a trial runs (the plan's sampler, the `Instruments` callback and hooks: a synchronised clock per
 step, per-row parity losses with dropout off on the first two steps, the step loss). Warm-up is off in
 the plan, so both run the same steps. Each run is timed from `on_train_begin` to `on_train_end`
-(trainer set-up aside), interleaved (bare, instrumented, bare, ...) in one process; the overhead is
-the median of the paired ratios, since adjacent runs share this kind of VM's slow drift.
+(trainer set-up aside), interleaved in pairs of alternating order (bare first, then instrumented
+first) in one process; the overhead is the median of the paired ratios, since adjacent runs share
+this kind of VM's slow drift.
 """
 
 from __future__ import annotations
@@ -77,9 +78,11 @@ def main() -> None:
     rows = synthetic_rows(job["effective_batch"] * (2 + args.measure_steps), job["max_len"], config.vocab_size, 0)
     one_run(job, knobs, config, rows, args.measure_steps, True)  # warm-up: allocator, first-call costs
     bare, instrumented = [], []
-    for _ in range(args.repeats):
-        bare.append(one_run(job, knobs, config, rows, args.measure_steps, False))
-        instrumented.append(one_run(job, knobs, config, rows, args.measure_steps, True))
+    for repeat in range(args.repeats):
+        # ABBA order: a drift within a pair favours neither side over the repeats.
+        for instrumented_run in ((False, True) if repeat % 2 == 0 else (True, False)):
+            seconds = one_run(job, knobs, config, rows, args.measure_steps, instrumented_run)
+            (instrumented if instrumented_run else bare).append(seconds)
     ratio = statistics.median(i / b for b, i in zip(bare, instrumented))
     print(f"model {config.model_type}, {job['effective_batch']} rows/step, max_len {job['max_len']}, "
           f"{2 + args.measure_steps} steps a run, 1 CPU thread, {args.repeats} repeats, knobs {knobs['padding']} "

@@ -1,7 +1,9 @@
 """Built-in Hugging Face runner: `python -m autotune.runners.hf SPEC RESULT`.
 
 `kind=frame` sizes up the job (device, model, data) and writes the run's rows file;
-`kind=trial` trains parity + warm-up + measured steps with one config and reports the measurement.
+`kind=trial` trains parity + warm-up + measured steps with one config and reports the measurement:
+a text model inside the installed `trl.SFTTrainer` (runners/sft.py, read by runners/instruments.py),
+an image-text model in autotune's own loop (runners/train.py), whose collator packs images with rows.
 """
 
 from __future__ import annotations
