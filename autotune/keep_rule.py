@@ -55,6 +55,15 @@ def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], cand
     return stats.Comparison(v.ratio, v.low, v.high, confidence, floor, v.verdict, v.reason)
 
 
+def detectable(records: list[dict[str, Any]], most: int) -> float:
+    """The smallest gain the rule could keep with the most pairs at the spread pooled so far (and never
+    under WORTH): the noise floor of this rule, below which a proposal's expected improvement is not
+    worth a trial."""
+    spread = sequential.pooled(groups(records))
+    t = sequential.t_quantile(1 - sequential.ALPHA / len(looks(most)), spread.df + 2 * most)
+    return max(margin(records), WORTH, math.expm1(t * spread.sd * math.sqrt(2 / most)))
+
+
 def could_close(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
                 left: int, most: int) -> bool:
     """Could `left` more pairs clear the margin, were the true ratio one standard error above the one
@@ -70,11 +79,19 @@ def could_close(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], 
     return d + now - t * end > math.log1p(max(margin(records), WORTH))
 
 
-def screened_out(records: list[dict[str, Any]], reference: list[list[float]], measurement: dict[str, Any],
-                 rows_per_step: int) -> bool:
-    """After one run: is the candidate slower than the incumbent's runs beyond the noise?"""
+def screen(records: list[dict[str, Any]], reference: list[list[float]], measurement: dict[str, Any],
+           rows_per_step: int) -> stats.Comparison:
+    """After one run: "slower" when the candidate is slower than the incumbent's runs beyond the noise
+    (one-sided SCREEN_ALPHA), else "no difference": worth confirming on interleaved pairs."""
     spread = sequential.pooled(groups(records))
     incumbent = [stats.throughput(run, rows_per_step) for run in reference]
-    d = math.log(stats.throughput(measurement["step_times_s"], rows_per_step)) - sum(math.log(v) for v in incumbent) / len(incumbent)
-    se = spread.sd * math.sqrt(1 + 1 / len(incumbent))
-    return d + sequential.t_quantile(1 - SCREEN_ALPHA, spread.df) * se < 0
+    d = math.log(stats.throughput(measurement["step_times_s"], rows_per_step)) - sum(
+        math.log(v) for v in incumbent) / len(incumbent)
+    t = sequential.t_quantile(1 - SCREEN_ALPHA, spread.df) * spread.sd * math.sqrt(1 + 1 / len(incumbent))
+    low, high = math.exp(d - t), math.exp(d + t)
+    shown = (f"x{math.exp(d):.3f} [{low:.3f}, {high:.3f}] (1 vs {len(incumbent)} runs, run-to-run spread "
+             f"{spread.sd:.2%} over {spread.df} df)")
+    slower = high < 1
+    return stats.Comparison(math.exp(d), low, high, 1 - 2 * SCREEN_ALPHA, margin(records),
+                            "slower" if slower else "no difference",
+                            f"{shown} is slower beyond the noise" if slower else f"{shown}: worth confirming")

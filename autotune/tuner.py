@@ -304,7 +304,7 @@ class Tuner:
             # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
             hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, self.records, frame["device"],
                                                 self.job.effective_batch, self.measured, self.memory.claims,
-                                                features, floor, self._allowed, skipped)
+                                                features, self._stop_floor(floor), self._allowed, skipped)
             stop_reason = spent or stop_reason
             stop = self._budget_left(trial)
             if not stop and warm is None and self.llm is not None and not self.llm.off:
@@ -424,8 +424,8 @@ class Tuner:
             fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
             reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
         if reference:
-            verdict = stats.compare(reference, [measurement["step_times_s"]], self.job.effective_batch, floor)
-            if self._screened_out(verdict, reference, measurement):
+            verdict = self._screen(reference, measurement, floor)
+            if self._screened_out(verdict):
                 for result in fresh:
                     if result["state"] == "complete":
                         incumbent.add(result["measurement"])  # a reference on this card for the next trials
@@ -459,12 +459,15 @@ class Tuner:
                     results: list[dict[str, Any]], fresh: list[dict[str, Any]], floor: float,
                     verdict: stats.Comparison) -> stats.Comparison:
         """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
-        could close it: the interval, narrowed as 1/sqrt(runs) by the pairs still allowed, would clear
-        the floor. A change that looks like noise costs no more runs, and at most `extra_pairs`, so
-        waiting for a lucky draw cannot turn noise into a gain (`python -m bench.extra_pairs`: whole
-        simulated tunes, A/A false keeps per trial with and without them, the same seeds)."""
+        could close it (`_could_close`). A change that looks like noise costs no more runs, and at most
+        `extra_pairs`; the sequential rule decides only at its looks, each at its share of the false-keep
+        rate, so waiting for a lucky draw cannot turn noise into a gain (`python -m bench.extra_pairs`:
+        whole simulated tunes, false keeps and false discards per noise level, both rules)."""
         added = 0
-        while verdict.verdict == "no difference" and added < self.steps.extra_pairs and self._room_for(2):
+        # With a time budget, extra pairs take at most a quarter of the time left: room for four times
+        # the extra runs so far and the next pair (one trial must not spend what the others need).
+        while verdict.verdict == "no difference" and added < self.steps.extra_pairs \
+                and self._room_for(8 * (added + 1)):
             if not self._could_close(verdict, fresh, results, self.steps.extra_pairs - added):
                 break  # even the most pairs allowed would leave the interval inside the floor
             added += 1
@@ -493,6 +496,12 @@ class Tuner:
                              [r["measurement"]["step_times_s"] for r in candidate_runs], self.job.effective_batch,
                              floor)
 
+    def _stop_floor(self, floor: float) -> float:
+        """The smallest gain the keep rule can show: a proposal expected to gain less is not tried."""
+        if self.steps.keep_rule == "sequential":
+            return keep_rule.detectable(self.records, 2 + self.steps.extra_pairs)
+        return floor
+
     def _could_close(self, verdict: stats.Comparison, fresh: list[dict[str, Any]], results: list[dict[str, Any]],
                      left: int) -> bool:
         """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
@@ -503,11 +512,16 @@ class Tuner:
         narrowed = math.sqrt(runs / (runs + left))
         return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor
 
-    def _screened_out(self, verdict: stats.Comparison, reference: list[list[float]],
-                      measurement: dict[str, Any]) -> bool:
+    def _screen(self, reference: list[list[float]], measurement: dict[str, Any], floor: float) -> stats.Comparison:
+        """One candidate run against the incumbent's runs on its card."""
+        if self.steps.keep_rule == "sequential":
+            return keep_rule.screen(self.records, reference, measurement, self.job.effective_batch)
+        return stats.compare(reference, [measurement["step_times_s"]], self.job.effective_batch, floor)
+
+    def _screened_out(self, verdict: stats.Comparison) -> bool:
         """Whether one run already says the candidate is not worth confirming."""
         if self.steps.keep_rule == "sequential":
-            return keep_rule.screened_out(self.records, reference, measurement, self.job.effective_batch)
+            return verdict.verdict == "slower"
         return verdict.ratio <= 1 or verdict.verdict == "slower"
 
     def _room_for(self, runs: int) -> bool:

@@ -3,7 +3,7 @@
 A change measured on one incumbent says something about it on another only where the two differ in
 knobs that do not touch its effect. Two sources say which knobs do:
 - the interaction table below: pairs whose effects are known to depend on each other (the cost of an
-  attention kernel depends on how much padding it computes; a larger micro-batch pads more, fits
+  attention kernel depends on how much padding it computes and on the batch; a larger micro-batch pads more, fits
   only with checkpointing, changes what compile traces, and moves the optimizer's share of a step);
 - the beliefs: a claim about the change whose condition reads another knob (`padding == longest`),
   or one that relates the two (`enables`, `conflicts`).
@@ -24,6 +24,9 @@ from .rank import Hypothesis
 
 INTERACTIONS: frozenset[frozenset[str]] = frozenset(frozenset(pair) for pair in (
     ("attn_implementation", "padding"),
+    # Attention kernels differ in how they scale with the batch (sdpa lost x0.85 at micro-batch 1 on
+    # cpu-long-tail and wins at 2): a loss at one micro-batch says little at another.
+    ("attn_implementation", "per_device_train_batch_size"),
     ("per_device_train_batch_size", "padding"),
     ("per_device_train_batch_size", "gradient_checkpointing"),
     ("per_device_train_batch_size", "torch_compile"),
@@ -115,10 +118,10 @@ def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple
     rest gain (a warm start's padding from another job's data)."""
     from .rank import CATALOG_ORDER, key
 
-    history = incumbents(records)
-    if not history or history[-1][1]["decision"] != "keep":
+    kept = [(before, record) for before, record in incumbents(records) if record["decision"] == "keep"]
+    if not kept:
         return []
-    before, record = history[-1]
+    before, record = kept[-1]  # the trial that made this incumbent
     source = (record.get("hypothesis") or {}).get("source")
     if source not in ("warm_start", "pooled") or "+" not in (record["change"] or ""):
         return []

@@ -36,14 +36,15 @@ def test_the_interaction_table_and_the_beliefs_link_knobs():
 def test_a_change_that_lost_is_not_retried_where_only_unlinked_knobs_changed_but_is_where_a_linked_one_did():
     micro = Hypothesis("per_device_train_batch_size", 8, "")
     records = [baseline(), trial(1, START.with_change("per_device_train_batch_size", 8), micro.change, 0.7),
-               trial(2, START.with_change("attn_implementation", "sdpa"), "attn_implementation=sdpa", 1.2, "keep")]
-    on_sdpa = START.with_change("attn_implementation", "sdpa")
-    why = refuted(micro, on_sdpa, records)
-    assert why and "lost x0.700" in why and "attn_implementation" in why
+               trial(2, START.with_change("dataloader_num_workers", 2), "dataloader_num_workers=2", 1.2, "keep")]
+    on_workers = START.with_change("dataloader_num_workers", 2)
+    why = refuted(micro, on_workers, records)
+    assert why and "lost x0.700" in why and "dataloader_num_workers" in why
+    assert refuted(micro, START.with_change("attn_implementation", "sdpa"), records) is None  # linked too
     assert refuted(micro, START.with_change("padding", "padding_free"), records) is None  # padding is linked
     # A loss within the noise refutes nothing.
     close = [baseline(), trial(1, START.with_change("per_device_train_batch_size", 8), micro.change, 0.99)]
-    assert refuted(micro, on_sdpa, close) is None
+    assert refuted(micro, on_workers, close) is None
 
 
 def test_the_parts_of_a_kept_warm_start_are_undone_one_at_a_time():
