@@ -3,6 +3,8 @@
 Read for the first two optimizer steps, keyed by each row's tokens (runners/script.py), by the first
 route that the script's model offers:
 - `labels=` given to the model and logits returned: the causal-LM loss, shifted as Hugging Face does;
+- `labels=` given and per-token `log_probs` returned (TRL's fused LM head, `fused_lm_head=True`, which
+  returns no logits): their negatives, over the positions its `label_mask` keeps;
 - a `cross_entropy` call inside the model's forward (nanoGPT's `model(X, Y)` computing its loss from
   positional targets): that call's own logits and targets, recomputed per row;
 - logits and a loss returned with integer targets passed to the model (a compiled model, whose inner
@@ -77,6 +79,10 @@ class LossReader:
         if labels is not None and logits is not None:
             self._rows(key, keyed, ids, logits[:, :-1], labels[:, 1:], {}, "labels")
             return
+        log_probs = getattr(output, "log_probs", None)
+        if labels is not None and _float_tensor(log_probs) and log_probs.dim() == 2 and log_probs.shape[0] == ids.shape[0]:
+            self._token_rows(key, keyed, ids, -log_probs.detach().float(), getattr(output, "label_mask", None))
+            return
         for logits_in, target, options in reversed(self.inside):
             if target.numel() % ids.shape[0] == 0:
                 self._rows(key, keyed, ids, logits_in, target, options, "cross_entropy in the model")
@@ -116,6 +122,20 @@ class LossReader:
                 weight=options["weight"].float() if options.get("weight") is not None else None)
             batch = ids.shape[0]
             per, valid = per.reshape(batch, -1), (flat_target != ignore).reshape(batch, -1)
+        self._spans(key, keyed, ids, per, valid)
+        self.read += 1
+        self.route = self.route or route
+
+    def _token_rows(self, key: str, keyed: list, ids: Any, per: Any, mask: Any) -> None:
+        """Per-token losses (batch, positions) already computed by the model: shifted where one short."""
+        import torch
+
+        valid = mask.bool() if isinstance(mask, torch.Tensor) and mask.shape == per.shape else per != 0
+        self._spans(key, keyed, ids, per, valid)
+        self.read += 1
+        self.route = self.route or "log_probs"
+
+    def _spans(self, key: str, keyed: list, ids: Any, per: Any, valid: Any) -> None:
         width = per.shape[1]
         for row_key, span, index in keyed:
             # A row's positions; shifted targets (one fewer per row) end a position earlier.
@@ -124,8 +144,6 @@ class LossReader:
             count = int(valid[index, inner].sum())
             if count:
                 self.losses[key][row_key] = float(per[index, inner][valid[index, inner]].sum() / count)
-        self.read += 1
-        self.route = self.route or route
 
     @property
     def parity(self) -> dict[str, list[float]] | None:

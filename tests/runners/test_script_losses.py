@@ -4,6 +4,8 @@ loss), read with dropout off for the two parity steps and the script's dropout b
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
@@ -81,3 +83,18 @@ def test_a_loss_the_hooks_cannot_read_says_so():
     meter = train(2, "none")
     assert meter.parity is None
     assert meter.reader.why_not.startswith("parity not checked: the script's model gets no labels or targets")
+
+
+def test_trls_fused_head_log_probs_are_the_per_row_losses():
+    # TRL's SFTTrainer calls model(..., labels=..., fused_lm_head=True): per-token log-probs, no logits.
+    from autotune.runners.script import _row_keys
+    from autotune.runners.script_losses import LossReader
+
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 0]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    log_probs = -torch.tensor([[1.0, 2.0, 3.0], [4.0, 6.0, 0.0]])
+    output = types.SimpleNamespace(log_probs=log_probs, label_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]))
+    reader = LossReader()
+    reader.begin()
+    reader.end(1, _row_keys(ids, mask, None), ids, (), {"input_ids": ids, "labels": ids}, output)
+    assert reader.route == "log_probs" and sorted(reader.losses["step1"].values()) == [2.0, 5.0]
