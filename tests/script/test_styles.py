@@ -37,8 +37,8 @@ def test_configurator_globals_python_config_and_key_value_flags(project):
     assert {"examples/byo_script/config/train_tiny.py:gradient_accumulation_steps = 8 -> accumulation",
             "--batch_size (your flag) = 2 -> micro_batch", "--compile (default) = False -> torch_compile",
             "--dtype (default) = 'float32' -> precision"} <= lines(found)
-    # The config file's block_size (128) beats the global (256); the flag beats the file.
-    assert (found.start.per_device_train_batch_size, found.effective_batch, found.max_len) == (2, 16, 128)
+    # The config file's block_size (64) beats the global (256); the flag beats the file.
+    assert (found.start.per_device_train_batch_size, found.effective_batch, found.max_len) == (2, 16, 64)
     files, flags = found.edits(found.start.with_change("per_device_train_batch_size", 4)
                                .with_change("precision", "bf16").with_change("torch_compile", True))
     assert sorted(flags) == ["--batch_size=4", "--compile=True", "--dtype='bfloat16'"]
