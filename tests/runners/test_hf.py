@@ -181,3 +181,21 @@ def test_group_by_length_orders_the_measured_rows_as_the_trainer_does():
     order = list(LengthGroupedSampler(4, lengths=[len(rows[r]) for r in measured],
                                       generator=torch.Generator().manual_seed(0)))
     assert sum(flat, []) == [measured[i] for i in order] != measured
+
+
+def test_the_cpu_knob_values_train_inside_the_trainer_and_keep_parity(tmp_path, framed):
+    """Every knob moved at once to a value this CPU can take (torch.compile aside: a minute of compiling),
+    through SFTTrainer's own handling of each: bf16 autocast, sdpa, activation checkpointing, a forked
+    loader worker, fused AdamW, padding to the longest row with length grouping."""
+    frame = framed()
+    job = tiny_job()
+    base = run_runner(tmp_path, make_spec(tmp_path), "base")["measurement"]["parity_losses"]
+    knobs = job.start
+    for name, value in (("precision", "bf16"), ("attn_implementation", "sdpa"), ("gradient_checkpointing", True),
+                        ("dataloader_num_workers", 1), ("optim", "adamw_torch_fused"), ("padding", "longest"),
+                        ("group_by_length", True), ("per_device_train_batch_size", 2)):
+        knobs = knobs.with_change(name, value)
+    result = run_runner(tmp_path, make_spec(tmp_path, knobs=knobs, ceiling=True, peaks=frame["device"]["peaks"]), "all")
+    assert result["state"] == "complete", result
+    assert result["measurement"]["ceiling"]["fits"] and result["measurement"]["breakdown"] is None
+    assert parity.compare(base, result["measurement"]["parity_losses"], parity.tolerance("fp32", "bf16"))["ok"]
