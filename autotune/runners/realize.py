@@ -2,7 +2,8 @@
 
 Writes what the hand-over files name (a preset's model with an offline tokenizer, the run's rows as a
 dataset), builds each candidate's `trl sft` config by the names the installed SFTConfig takes, and runs
-the baseline's and the best's through the installed `trl` console script, interleaved on the same rows.
+the baseline's and the best's through `trl sft` (the command's own entry point, `trl.cli.main`, in
+processes forked from this one once it has imported TRL), interleaved on the same rows.
 
 Timing without touching TRL: each file runs for N and for 2N optimizer steps, and its speed is N steps'
 rows over the difference of the two runs' `train_runtime` (what the trainer itself reports), so process
@@ -117,16 +118,95 @@ def lora_targets(config: Any) -> list[str]:
                    if isinstance(module, torch.nn.Linear) and module is not head})
 
 
-def run_file(path: Path, steps: int, out: Path, log: Path, timeout_s: float, env: dict[str, str]) -> dict[str, Any]:
-    """One `trl sft --config FILE` run for `steps` optimizer steps: exit code, train_runtime, wall."""
-    words = [trl_executable(), "sft", "--config", str(path), "--max_steps", str(steps), "--output_dir", str(out),
+def warm_trl(env: dict[str, str]) -> None:
+    """Import what `trl sft` imports, once, in this process: each timed run is then a fork of it that
+    calls the command's own entry point (`trl.cli.main`, what the `trl` console script runs) and pays no
+    import (about 7 s each on a 2-core CPU). The environment is set first: the hub's offline switch
+    and the thread count are read at import."""
+    os.environ.update(env)
+    import trl.cli  # noqa: F401
+    import trl.scripts.sft  # noqa: F401 - what `trl sft` imports on its first call
+
+
+def _trl_main(words: list[str], log: Path) -> int:
+    """In the forked child: TRL's `trl sft` with these words, its output into `log`; never returns."""
+    code = 1
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.setsid()  # its loader workers end with it on a timeout
+        _as_a_fresh_start()
+        from trl.cli import main
+
+        sys.argv = ["trl", *words]
+        try:
+            result = main()
+            code = result if isinstance(result, int) else 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the child reports through its exit code and its log
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _as_a_fresh_start() -> None:
+    """What a new `trl` process would take from the environment at import, which this forked one
+    imported before it was set (this runner's process comes from the fork server)."""
+    import torch
+
+    threads = os.environ.get("OMP_NUM_THREADS")
+    if threads and threads.isdigit():
+        torch.set_num_threads(int(threads))
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        import huggingface_hub.constants
+
+        huggingface_hub.constants.HF_HUB_OFFLINE = True
+
+
+def _forked(words: list[str], log: Path, timeout_s: float) -> int | None:
+    """Exit code of `trl sft WORDS` in a forked child, or None when it ran past `timeout_s` (killed)."""
+    import signal
+
+    pid = os.fork()
+    if pid == 0:
+        _trl_main(words, log)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.05)
+
+
+def run_file(path: Path, steps: int, out: Path, log: Path, timeout_s: float, env: dict[str, str],
+             forked: bool = True) -> dict[str, Any]:
+    """One `trl sft --config FILE` run for `steps` optimizer steps: exit code, train_runtime, wall.
+    `forked=False` starts the installed `trl` console script instead (a fresh interpreter)."""
+    words = ["sft", "--config", str(path), "--max_steps", str(steps), "--output_dir", str(out),
              "--save_strategy", "no", "--report_to", "none", "--logging_steps", str(steps)]
     started = time.monotonic()
-    with open(log, "w") as handle:
-        try:
-            code = subprocess.run(words, stdout=handle, stderr=subprocess.STDOUT, env=env, timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            code = None
+    if forked:
+        code = _forked(words, log, timeout_s)
+    else:
+        with open(log, "w") as handle:
+            try:
+                code = subprocess.run([trl_executable(), *words], stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                      timeout=timeout_s).returncode
+            except subprocess.TimeoutExpired:
+                code = None
     text = log.read_text(errors="replace")
     shutil.rmtree(out, ignore_errors=True)  # the saved weights: only the runtime is wanted
     found = RUNTIME.findall(text)
@@ -203,6 +283,7 @@ def interleave(spec: dict[str, Any], files: dict[str, Path], work: Path) -> dict
     """Baseline and best, N then 2N steps, in turn; a best that TRL refuses gives way to the next
     candidate (the kept configs before it, back to the baseline)."""
     env, timeout = _env(spec), float(spec["run_timeout_s"])
+    warm_trl(env)
     runs: list[dict[str, Any]] = []
     count = iter(range(10 ** 6))
 
