@@ -311,6 +311,11 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     from .script import names
 
     own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
+    if pairs.get("host", "local") == "local":
+        from .script import probe
+
+        # A role no name was found for: a setting whose name suggests it is confirmed by one short run here.
+        own_names += probe.confirmed(script, labels, args, Path.cwd(), own_names, smoke)
     adapter = ScriptAdapter.for_script(script, labels, args, None,
                                   whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
                                   whole("effective_batch", pairs["effective_batch"], 1)

@@ -72,6 +72,7 @@ class ScriptAdapter:
     # (script, configs, args) as discovered: read again only to say what the script takes when a
     # setting is not understood (script/names.py).
     origin: tuple[Path, list[tuple[Path, str]], list[str]] | None = None
+    probed: set[str] = field(default_factory=set)   # names a probe run confirmed (script/probe.py)
 
     @classmethod
     def for_script(cls, script: Path, labels: tuple[str, ...] | list[str], args: list[str], cwd: Path | None = None,
@@ -85,8 +86,12 @@ class ScriptAdapter:
         configs = [(base / Path(label).expanduser(), label) for label in labels]
         found = discover(script, configs, args, base, tuple(names))
         apply_args(found, args)
-        return cls.build(found, max_len, effective_batch, (script, configs + [
+        adapter = cls.build(found, max_len, effective_batch, (script, configs + [
             (base / Path(label).expanduser(), label) for label in found.arg_configs], list(args)))
+        from .names import probed
+
+        adapter.probed = probed(names)
+        return adapter
 
     @classmethod
     def build(cls, discovery: Discovery, max_len: int | None = None, effective_batch: int | None = None,
@@ -309,7 +314,11 @@ class ScriptAdapter:
 
     def listing(self) -> list[str]:
         """What was found and what will be tried, for the frame and `review`."""
-        lines = [f"{s.where} = {s.value!r} -> {s.role}" for s in self.discovery.settings]
+        from .names import normal
+
+        lines = [f"{s.where} = {s.value!r} -> {s.role}"
+                 + (" (confirmed by a probe run)" if normal(_key(s)) in self.probed else "")
+                 for s in self.discovery.settings]
         lines.append(f"effective batch {self.effective_batch} (held), max_len {self.max_len or 'unknown'} (held)")
         lines.append("knobs to try: " + ", ".join(sorted(self.tryable)))
         return lines + [f"note: {n}" for n in self.notes]

@@ -61,8 +61,13 @@ def parse(text: str) -> tuple[str, ...]:
 
 
 def roles(pairs: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """name -> role for discovery."""
-    return {name: TARGETS[knob] for name, _, knob in (p.partition(":") for p in pairs)}
+    """name -> role for discovery (a pair a probe run confirmed ends `:probed`, script/probe.py)."""
+    return {name: TARGETS[knob] for name, knob, *_ in (p.split(":") for p in pairs)}
+
+
+def probed(pairs: tuple[str, ...] | list[str]) -> set[str]:
+    """The names a probe run confirmed, not the user."""
+    return {p.split(":")[0] for p in pairs if p.count(":") == 2}
 
 
 # -- what the script takes, for the one line that gives the way out --------------------------------------

@@ -143,3 +143,43 @@ def test_the_nanogpt_style_script_is_tuned_through_its_configurator(tmp_path, mo
             assert (seen["rows_per_micro_batch"], seen["micro_batches_per_step"]) == (micro, 8 // micro)
     best = json.loads((tmp_path / "runs" / "nano" / "best_config.json").read_text())
     assert best["command"].endswith(f"--batch_size={kept[-1]['knobs']['per_device_train_batch_size']}")
+
+
+PROBED = textwrap.dedent('''
+    import torch
+    import yaml
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = yaml.safe_load(open("loop.yaml"))["train"]
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("qwen2", vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                  num_attention_heads=2, num_key_value_heads=1, use_cache=False)
+    model = AutoModelForCausalLM.from_config(config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    for step in range(200):
+        for _ in range(cfg["accum_every"]):
+            ids = torch.randint(1, 256, (cfg["batch_size"], cfg["max_len"]))
+            (model(input_ids=ids, labels=ids).loss / cfg["accum_every"]).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+''')
+
+
+def test_an_accumulation_no_name_covers_is_confirmed_by_a_probe_run(tmp_path, monkeypatch):
+    # accum_every is in no name table; log_acc_every looks as much like one but the script never reads it.
+    from autotune import schemas
+    from autotune.job import job_from_words
+    from autotune.script import ScriptAdapter
+
+    (tmp_path / "loop.py").write_text(PROBED)
+    (tmp_path / "loop.yaml").write_text("train:\n  log_acc_every: 10\n  batch_size: 1\n  accum_every: 4\n  max_len: 32\n")
+    before = hashes(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    job, _ = job_from_words("probed", ["script=loop.py", "script_configs=loop.yaml", "smoke"])
+    assert job.script_knobs == ("accum_every:gradient_accumulation_steps:probed",) and job.effective_batch == 4
+    schemas.validate("job", job.to_dict())
+    listing = ScriptAdapter.for_script(Path("loop.py"), job.script_configs, [], names=job.script_knobs).listing()
+    assert "loop.yaml:train.accum_every = 4 -> accumulation (confirmed by a probe run)" in listing
+    assert "knobs to try: per_device_train_batch_size" in listing   # the micro-batch split is now tried
+    assert hashes(tmp_path) == before

@@ -9,6 +9,7 @@ import pytest
 
 from autotune import cli, schemas
 from autotune.job import Job, job_from_words
+from autotune.script import probe
 
 SCRIPT = "import yaml\ncfg = yaml.safe_load(open('own.yaml'))\n"
 OWN = "micro_bsz: 2\naccum: 4\nctx: 64\neval:\n  batch_size: 16\nlr: 0.001\n"
@@ -17,6 +18,9 @@ MAPPED = "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accu
 
 @pytest.fixture()
 def project(tmp_path: Path, monkeypatch) -> Path:
+    # micro_bsz and accum would each be tried by a probe run (script/probe.py, tested end to end in
+    # tests/e2e/test_byo_script.py); here the names the user gives, and the line without them, are tested.
+    monkeypatch.setattr(probe, "confirmed", lambda *args, **kwargs: ())
     (tmp_path / "own.py").write_text(SCRIPT)
     (tmp_path / "own.yaml").write_text(OWN)
     monkeypatch.chdir(tmp_path)
