@@ -39,16 +39,20 @@ def looks(most: int) -> tuple[int, ...]:
 
 
 def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
-            most: int) -> stats.Comparison:
+            most: int, last: bool = False) -> stats.Comparison:
     """The sequential verdict on this trial's runs (`most`: the pairs it may take), as the loop's
-    Comparison; between two looks it stays undecided."""
+    Comparison; between two looks it stays undecided. `last`: the time budget allows no more pairs,
+    so this look spends what the looks not taken would have (the budget, not the data, ends it)."""
     spread = sequential.pooled(groups(records, incumbent, candidate))
     floor = margin(records)
     points = looks(most)
+    share = len(points)
+    if last and len(candidate) < most:
+        share = len(points) / (len(points) - sum(n < len(candidate) for n in points))
     v = sequential.decide([m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate],
-                          spread, floor, len(points))
-    confidence = 1 - 2 * sequential.ALPHA / len(points)
-    if len(candidate) not in points and len(candidate) < most and v.verdict != "no difference":
+                          spread, floor, share)
+    confidence = 1 - 2 * sequential.ALPHA / share
+    if not last and len(candidate) not in points and len(candidate) < most and v.verdict != "no difference":
         nxt = min(n for n in points if n > len(candidate))
         return stats.Comparison(v.ratio, v.low, v.high, confidence, floor, "no difference",
                                 f"{v.reason.split(')')[0]}): undecided until the look at {nxt} pairs")

@@ -490,8 +490,10 @@ class Tuner:
         """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
         would turn the machine's drift into a gain)."""
         if self.steps.keep_rule == "sequential":
+            # The look after which the time budget allows no further pair spends the looks left.
             return keep_rule.verdict(self.records, [r["measurement"] for r in incumbent_runs],
-                                     [r["measurement"] for r in candidate_runs], 2 + self.steps.extra_pairs)
+                                     [r["measurement"] for r in candidate_runs], 2 + self.steps.extra_pairs,
+                                     last=not self._room_for(8 * (len(candidate_runs) - 1)))
         return stats.compare([r["measurement"]["step_times_s"] for r in incumbent_runs],
                              [r["measurement"]["step_times_s"] for r in candidate_runs], self.job.effective_batch,
                              floor)

@@ -75,9 +75,9 @@ class Verdict:
     reason: str
 
 
-def decide(incumbent: list[float], candidate: list[float], spread: Spread, margin: float, looks: int,
+def decide(incumbent: list[float], candidate: list[float], spread: Spread, margin: float, looks: float,
            alpha: float = ALPHA) -> Verdict:
-    """The verdict on one trial's throughputs (samples/s per run), at one of at most `looks` looks."""
+    """The verdict on one trial's throughputs (samples/s per run), at a look that spends alpha / `looks`."""
     if not incumbent or not candidate:
         raise ValueError("decide needs at least one run on each side")
     d = sum(math.log(v) for v in candidate) / len(candidate) - sum(math.log(v) for v in incumbent) / len(incumbent)
