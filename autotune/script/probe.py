@@ -2,22 +2,20 @@
 the micro-batch, for a role no name was found for, is confirmed by one short run of the script with it
 changed, watched by the trial hooks, before the job is made.
 
-A name table misses some trainers' words (`accum_every`, `bsz`): without an accumulation setting the
-micro-batch is never tried, without a micro-batch nothing is. Here each candidate (a name holding `acc`,
-or `bs` / `batch` / `micro`, with a whole-number value, that no alias covers) is run once with its value
-changed (accumulation: one more; micro-batch: doubled), for three optimizer steps, on this machine. It
-is confirmed only when the hooks see the change: as many micro-batches per optimizer step, or as many
-rows per micro-batch, as the edit said. A confirmed name joins the job's `script_knobs` marked
+A name table misses some trainers' words (`accum_every`, `bsz`, `use_amp`): without an accumulation
+setting the micro-batch is never tried, without a micro-batch nothing is. Here each candidate that no
+alias covers (a whole number named with `acc`, or `bs` / `batch` / `micro`; a switch named with `amp`,
+`half`, `autocast` or `mixed`) is run once with its value changed (accumulation: one more; micro-batch:
+doubled; a switch: flipped), for three optimizer steps, on this machine. It is confirmed only when the
+hooks see the change: as many micro-batches per optimizer step, or as many rows per micro-batch, as
+the edit said; for a switch, fp32 one way and bf16 (or fp16) the other, against one unchanged run,
+which also says which precision the switch stands for. A confirmed name joins the job's `script_knobs` marked
 `probed`, which the listing names; anything else stays as it was, and the one line that says what was
 not understood still gives the `script_knobs=` way out.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,10 @@ PROBE_TIMEOUT_S = 300
 ROLES = {
     "accumulation": (("acc",), "gradient_accumulation_steps", "micro_batches_per_step"),
     "micro_batch": (("bs", "batch", "micro"), "per_device_train_batch_size", "rows_per_micro_batch"),
+    # A mixed-precision switch: which precision it turns on is what the hooks see it compute in.
+    "precision": (("amp", "half", "autocast", "mixed"), None, "compute_dtypes"),
 }
+_LOW = {"bfloat16": "bf16", "float16": "fp16"}
 MARK = "probed"
 
 
@@ -39,43 +40,46 @@ def candidates(found: Discovery, taken: list[tuple[str, Any, str]]) -> list[tupl
     """(role, name) for each name the script takes, unknown to discovery, with a whole-number value and a
     name that suggests a role the discovery lacks."""
     missing = [role for role in ROLES if found.get(role) is None]
+    if "precision" in missing and (found.get("bf16") or found.get("fp16")):
+        missing.remove("precision")
     known = {names.normal(s.path[0] if s.source == "argv" else s.path[-1]) for s in found.settings}
     out = []
     for name, value, _ in taken:
         key = names.normal(name)
-        if key in known or isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        # A count for the batch roles, a switch for precision.
+        kinds = ("precision",) if isinstance(value, bool) else ("accumulation", "micro_batch")
+        if key in known or not isinstance(value, int) or (not isinstance(value, bool) and value < 1):
             continue
-        role = next((r for r in missing if any(word in key for word in ROLES[r][0])), None)
+        role = next((r for r in missing if r in kinds and any(word in key for word in ROLES[r][0])), None)
         if role is not None:
             out.append((role, key))
     return out
 
 
-def _edit(setting: Setting, value: int) -> tuple[dict[str, list], list[str]]:
+def _edit(setting: Setting, value: int | bool) -> tuple[dict[str, list], list[str]]:
     if setting.source != "argv":
         return {setting.source: [(list(setting.path), _like(setting.value, value))]}, []
     flag, action = setting.path
-    return {}, [f"{flag}={value!r}"] if action == "literal" else [flag, str(value)]
+    if action == "literal":
+        return {}, [f"{flag}={value!r}"]
+    if action in ("store_true", "store_false"):
+        return {}, [flag] if value == (action == "store_true") else []
+    return {}, [flag, str(value).lower() if isinstance(value, bool) else str(value)]
 
 
 def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Path, edits: dict, flags: list[str],
          smoke: bool, folder: Path) -> dict[str, Any] | None:
-    """One short run of the script through the trial hooks; its observations, or None if it did not run."""
+    """One short run of the script through the trial hooks, in a child process as a trial runs (forked
+    from the server that has torch imported); its observations, or None if it did not get that far."""
+    from ..executors.local import LocalExecutor
+
     spec = {"schema_version": 1, "kind": "trial", "runner": "script", "job": {"seed": 0, "smoke": smoke},
             "knobs": {"precision": "fp32"},
             "script": {"path": str(script.resolve()), "cwd": str(cwd),
                        "configs": [{"label": label, "path": str(path.resolve())} for path, label in configs],
                        "edits": edits, "args": args, "expect": {}, "exclude": []},
             "flags": flags, "measure_steps": 1, "warmup_max": 0, "peaks": None, "workdir": str(folder)}
-    (folder / "spec.json").write_text(json.dumps(spec))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **({"CUDA_VISIBLE_DEVICES": ""} if smoke else {})}
-    try:
-        subprocess.run([sys.executable, "-m", "autotune.runners.script", str(folder / "spec.json"),
-                        str(folder / "result.json")], cwd=cwd, env=env, timeout=PROBE_TIMEOUT_S,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        result = json.loads((folder / "result.json").read_text())
-    except (subprocess.TimeoutExpired, OSError, ValueError):
-        return None
+    result = LocalExecutor().run(spec, folder, PROBE_TIMEOUT_S)
     measurement = result.get("measurement") or result.get("measurement_rejected") or {}
     return measurement.get("observed")
 
@@ -89,18 +93,44 @@ def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
     found = discover(script, configs, args, cwd, own)
     configs += [(cwd / Path(label).expanduser(), label) for label in found.arg_configs]
     out: list[str] = []
+    done: set[str] = set()
+    control: list[dict[str, Any] | None] = []   # the unchanged run, made once where a switch needs it
+
+    def run(edits: dict, flags: list[str]) -> dict[str, Any] | None:
+        with tempfile.TemporaryDirectory(prefix="autotune-probe-") as folder:
+            return _run(script, configs, args, cwd, edits, flags, smoke, Path(folder))
+
     for role, name in candidates(found, names.taken(script, configs, args)):
         _, knob, seen_key = ROLES[role]
-        if any(pair.split(":")[1] == knob for pair in out):
+        if role in done:
             continue
         # The candidate read as that role, by the same route a user's script_knobs= would give it.
-        setting = discover(script, configs, args, cwd, own + (f"{name}:{knob}",)).get(role)
+        as_knob = knob or "bf16"   # a switch is read as a bf16 flag until the runs say which precision it is
+        setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",)).get(names.TARGETS[as_knob])
         if setting is None or not isinstance(setting.value, int):
             continue
-        value = setting.value + 1 if role == "accumulation" else setting.value * 2
-        edits, flags = _edit(setting, value)
-        with tempfile.TemporaryDirectory(prefix="autotune-probe-") as folder:
-            seen = _run(script, configs, args, cwd, edits, flags, smoke, Path(folder))
-        if seen is not None and seen.get(seen_key) == value:
+        if role == "precision":
+            if not control:
+                control.append(run({}, []))
+            flipped = run(*_edit(setting, not setting.value))
+            knob = _switch(setting.value, control[0], flipped)
+            confirmed_here = knob is not None
+        else:
+            value = setting.value + 1 if role == "accumulation" else setting.value * 2
+            seen = run(*_edit(setting, value))
+            confirmed_here = seen is not None and seen.get(seen_key) == value
+        if confirmed_here:
             out.append(f"{name}:{knob}:{MARK}")
+            done.add(role)
     return tuple(out)
+
+
+def _switch(value: bool, control: dict[str, Any] | None, flipped: dict[str, Any] | None) -> str | None:
+    """The precision knob a switch stands for: on, the model computes in bf16 (or fp16); off, in fp32."""
+    if control is None or flipped is None:
+        return None
+    on, off = (control, flipped) if value else (flipped, control)
+    low = on.get("compute_dtypes") or []
+    if off.get("compute_dtypes") == ["float32"] and len(low) == 1 and low[0] in _LOW:
+        return _LOW[low[0]]
+    return None

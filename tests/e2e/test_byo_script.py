@@ -146,6 +146,7 @@ def test_the_nanogpt_style_script_is_tuned_through_its_configurator(tmp_path, mo
 
 
 PROBED = textwrap.dedent('''
+    import contextlib
     import torch
     import yaml
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -156,30 +157,37 @@ PROBED = textwrap.dedent('''
                                   num_attention_heads=2, num_key_value_heads=1, use_cache=False)
     model = AutoModelForCausalLM.from_config(config)
     optimizer = torch.optim.AdamW(model.parameters())
+    amp = torch.autocast("cpu", dtype=torch.bfloat16) if cfg["use_amp"] else contextlib.nullcontext()
     for step in range(200):
         for _ in range(cfg["accum_every"]):
             ids = torch.randint(1, 256, (cfg["batch_size"], cfg["max_len"]))
-            (model(input_ids=ids, labels=ids).loss / cfg["accum_every"]).backward()
+            with amp:
+                loss = model(input_ids=ids, labels=ids).loss / cfg["accum_every"]
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad()
 ''')
 
 
-def test_an_accumulation_no_name_covers_is_confirmed_by_a_probe_run(tmp_path, monkeypatch):
-    # accum_every is in no name table; log_acc_every looks as much like one but the script never reads it.
+def test_settings_no_name_covers_are_confirmed_by_probe_runs(tmp_path, monkeypatch):
+    # accum_every and use_amp are in no name table; log_acc_every looks as much like an accumulation but
+    # the script never reads it. The switch's runs say it stands for bf16.
     from autotune import schemas
     from autotune.job import job_from_words
     from autotune.script import ScriptAdapter
 
     (tmp_path / "loop.py").write_text(PROBED)
-    (tmp_path / "loop.yaml").write_text("train:\n  log_acc_every: 10\n  batch_size: 1\n  accum_every: 4\n  max_len: 32\n")
+    (tmp_path / "loop.yaml").write_text("train:\n  log_acc_every: 10\n  batch_size: 1\n  accum_every: 4\n  max_len: 32\n"
+                                        "  use_amp: false\n")
     before = hashes(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     job, _ = job_from_words("probed", ["script=loop.py", "script_configs=loop.yaml", "smoke"])
-    assert job.script_knobs == ("accum_every:gradient_accumulation_steps:probed",) and job.effective_batch == 4
+    assert job.script_knobs == ("accum_every:gradient_accumulation_steps:probed", "use_amp:bf16:probed")
+    assert (job.effective_batch, job.start.precision) == (4, "fp32")
     schemas.validate("job", job.to_dict())
     listing = ScriptAdapter.for_script(Path("loop.py"), job.script_configs, [], names=job.script_knobs).listing()
     assert "loop.yaml:train.accum_every = 4 -> accumulation (confirmed by a probe run)" in listing
-    assert "knobs to try: per_device_train_batch_size" in listing   # the micro-batch split is now tried
+    assert "loop.yaml:train.use_amp = False -> bf16 (confirmed by a probe run)" in listing
+    assert "knobs to try: per_device_train_batch_size, precision" in listing   # both are tried now
     assert hashes(tmp_path) == before

@@ -21,6 +21,21 @@ def test_a_name_that_suggests_a_missing_role_is_a_candidate(tmp_path):
     assert probe.candidates(found, taken) == [("accumulation", "accum_every")]
 
 
+def test_a_precision_switch_is_a_candidate_only_where_no_precision_setting_was_found(tmp_path):
+    found, taken = found_in(tmp_path, "batch_size: 2\ngrad_accum: 4\nuse_amp: false\namp_level: 2\n")
+    assert probe.candidates(found, taken) == [("precision", "use_amp")]
+    found, taken = found_in(tmp_path, "batch_size: 2\ngrad_accum: 4\nuse_amp: false\nbf16: true\n")
+    assert probe.candidates(found, taken) == []
+
+
+def test_a_switch_stands_for_the_precision_the_runs_compute_in():
+    fp32, bf16, fp16 = ({"compute_dtypes": [d]} for d in ("float32", "bfloat16", "float16"))
+    assert probe._switch(False, fp32, bf16) == "bf16" and probe._switch(True, fp16, fp32) == "fp16"
+    assert probe._switch(False, fp32, fp32) is None      # flipping it changed nothing: not a precision switch
+    assert probe._switch(True, fp32, bf16) is None       # on computes in fp32: the other way round
+    assert probe._switch(False, fp32, None) is None      # the flipped run did not run
+
+
 def test_a_role_already_found_is_not_probed(tmp_path):
     found, taken = found_in(tmp_path, "batch_size: 2\ngradient_accumulation_steps: 4\naccum_every: 4\n")
     assert probe.candidates(found, taken) == []
