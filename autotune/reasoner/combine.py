@@ -63,6 +63,9 @@ def repaired(incumbent: Knobs, changes: tuple[tuple[str, Any], ...], device: dic
     for name, value in final.to_dict().items():
         if value == getattr(default, name) or not_applicable(name, value, final, device, effective_batch) is None:
             continue
+        if name not in {knob for knob, _ in changes} and not_applicable(name, value, incumbent, device,
+                                                                       effective_batch):
+            continue  # the incumbent's own setting (a script's pinned memory on a CPU): the changes did not break it
         if any(name == knob for knob, _ in changes):
             return None
         extra.append((name, getattr(default, name)))

@@ -335,11 +335,12 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
     changes, current, gain = [], incumbent, 1.0
     for knob, value in together(incumbent, ordered, device, effective_batch):
         changes.append((knob, value))
-        current, gain = current.with_change(knob, value), gain * best[knob][0]
+        # A change `together` adds to keep the config valid (group_by_length back off) was not measured.
+        current, gain = current.with_change(knob, value), gain * best.get(knob, (1.0,))[0]
     if len(changes) < 2 or key(current) in measured:
         return None
     (knob, value), *rest = changes
-    shown = ", ".join(f"{k}={v} x{best[k][0]:.3f}" for k, v in changes)
+    shown = ", ".join(f"{k}={v} x{best[k][0]:.3f}" if k in best else f"{k}={v}" for k, v in changes)
     return Hypothesis(knob, value, f"each alone measured faster but within the noise floor ({shown}); together "
                       "they may clear it", p_helps=0.5, expected_ratio=gain, also=tuple(rest), source="pooled")
 

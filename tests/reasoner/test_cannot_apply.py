@@ -13,6 +13,9 @@ from autotune.tuner import frame_limit
      "on CPU.", None),
     ("crash", "Traceback ...\nModuleNotFoundError: No module named 'flash_attn'\n"),
     ("RuntimeError: CUDA error: no kernel image is available for execution on the device", None),
+    ("crash", "ValueError: When `padding_free=True` without packing, `max_length` is not enforced. Either enable "
+              "packing (e.g., `packing=True, packing_strategy='bfd'`), provide already truncated inputs, or set "
+              "`max_length=None`.\n"),
 ])
 def test_a_crash_of_the_machine_or_install_is_fixed(reason, stderr):
     assert fixed_reason(reason, stderr)

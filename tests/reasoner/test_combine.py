@@ -50,3 +50,17 @@ def test_moving_padding_off_longest_also_ends_group_by_length():
     moves = [h for h in ready if h.knob == "padding"]
     assert moves and all(("group_by_length", False) in h.changes for h in moves)
     assert all(applies(h.apply(start), start, CPU, 8) is None for h in ready)
+
+
+def test_a_scripts_own_setting_that_would_not_be_tried_here_is_kept_not_repaired():
+    # A script's TrainingArguments pin memory by default; on a CPU that is no change autotune would
+    # try, but it is the user's setting: a combined change must neither drop it nor fail over it.
+    start = Knobs(dataloader_pin_memory=True)
+    records = [{"change": change, "knobs": start.with_change(knob, value).to_dict(), "decision": "discard",
+                "state": "complete", "ratio": ratio}
+               for change, knob, value, ratio in (("per_device_train_batch_size=2", "per_device_train_batch_size", 2, 1.06),
+                                                  ("optim=adamw_torch_fused", "optim", "adamw_torch_fused", 1.04))]
+    combined = pooled(start, records, CPU, 8, {key(start)})
+    assert combined is not None
+    assert combined.apply(start).dataloader_pin_memory is True
+    assert set(combined.changes) == {("per_device_train_batch_size", 2), ("optim", "adamw_torch_fused")}
