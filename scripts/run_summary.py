@@ -35,6 +35,15 @@ def main(folder: Path) -> int:
         speed = f"{r['samples_per_s']:.2f}" if r.get("samples_per_s") else "-"
         print(f"  #{r['trial']} {r['change'] or 'baseline'}: {r['state']} {r['decision']} {speed} samples/s; "
               f"{r['reason'][:150]}")
+    realized = folder / "realized.json"
+    if realized.exists():  # the hand-over: both YAML files timed in `trl sft`
+        done = json.loads(realized.read_text())
+        if "speedup" in done and "baseline_samples_per_s" in done:
+            print(f"realized in trl sft: baseline {done['baseline_samples_per_s']:.2f}, best "
+                  f"{done['best_samples_per_s']:.2f} samples/s, x{done['speedup']:.2f} beside the loop's "
+                  f"x{done.get('loop_speedup', 0):.2f}")
+        else:
+            print(f"realized in trl sft: {done.get('state')}: {done.get('reason', '')[:200]}")
     return 0
 
 
