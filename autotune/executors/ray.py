@@ -11,20 +11,18 @@ call, and the run's outputs come back into the driver's trial folder.
 
 A node lost mid-trial (its raylet or machine gone) ends that run as a `crash`; the slot is dropped and
 the tune goes on with the others. A lost slot is replaced, while the tune runs, on a GPU of the model
-that is free again (the slot's own after a hang, or a node that joins or comes back).
+that is free again (the slot's own after a hang, or a node that joins or comes back). What needs no
+ray (the cluster's GPU models, a slot's folder on its node, the archives inputs travel in) is in
+ray_slots.py.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import io
 import os
 import shutil
 import socket
-import stat
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -36,8 +34,8 @@ import ray.exceptions
 from ..errors import AutotuneError
 from ..io import write_json_atomic
 from .local import LocalExecutor
+from .ray_slots import LABEL, cluster_models, pack, pack_paths, pick_model, slot_folder, unpack
 
-LABEL = "accelerator_type:"
 CONNECT_TIMEOUT_S = 10.0
 # Runtime-environment setup on a fresh node (unpacking the package) happens when a slot starts.
 SLOT_START_TIMEOUT_S = 120.0
@@ -51,79 +49,10 @@ OUTPUT_FILES = ("stdout.txt", "stderr.txt", "result.json")
 OUTPUT_LIMIT = 1 << 20
 # How often the driver looks for GPUs of the model that have no slot (a GCS query each time).
 REPLENISH_EVERY_S = 2.0
-# Held by a slot for its lifetime inside its folder: a folder whose lock is free was left by a dead slot.
-LOCK = ".slot.lock"
 MAX_START_FAILURES = 3
 # Ray's errors that mean the slot's process or node went away, not that the trial failed on its own.
 LOST = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
         ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError, ray.exceptions.LocalRayletDiedError)
-
-
-def cluster_models(nodes: list[dict[str, Any]]) -> dict[str, float]:
-    """GPU model -> GPUs of that model over the cluster's alive nodes, from Ray's accelerator labels."""
-    models: dict[str, float] = {}
-    for node in nodes:
-        if not node.get("Alive"):
-            continue
-        resources = node.get("Resources", {})
-        for name in resources:
-            if name.startswith(LABEL) and resources.get("GPU"):
-                model = name[len(LABEL):]
-                models[model] = models.get(model, 0.0) + resources["GPU"]
-    return models
-
-
-def pick_model(models: dict[str, float], wanted: str, address: str) -> str:
-    """The job's GPU model among the cluster's: `gpu=` when given (case aside), else the only one there is."""
-    if not models:
-        raise AutotuneError(f"host=ray: the cluster at {address} has no GPU with an accelerator_type label")
-    if wanted:
-        match = next((m for m in models if m.lower() == wanted.lower()), None)
-        if match is None:
-            raise AutotuneError(f"gpu={wanted}: the cluster at {address} has GPUs of model "
-                                f"{', '.join(sorted(models))}; name one of them with gpu=MODEL")
-        return match
-    if len(models) > 1:
-        raise AutotuneError(f"host=ray: the cluster at {address} has GPUs of models {', '.join(sorted(models))}; "
-                            "a comparison needs one model, name it with gpu=MODEL")
-    return next(iter(models))
-
-
-def slot_folder(base: Path) -> tuple[Path, int]:
-    """A folder of its own for this slot under `base` (this user's, 0700), and the descriptor of the lock
-    it holds on it for its lifetime. Folders whose lock is free belong to slots that are gone (an actor
-    killed when its node was declared lost runs no cleanup, and the kernel drops its lock): they are
-    removed first, so a node's disk does not fill over tunes. A lock, not a pid: pids are reused and
-    differ across the process namespaces of containers that share /tmp."""
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = os.lstat(base)
-    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.getuid():
-        # Not ours to sweep (made by someone else, or a link): a plain temporary folder instead.
-        base = Path(tempfile.gettempdir())
-    else:
-        os.chmod(base, 0o700)  # made before this rule, or under another umask
-        for folder in base.iterdir():
-            if _abandoned(folder):
-                shutil.rmtree(folder, ignore_errors=True)
-    root = Path(tempfile.mkdtemp(prefix="slot-", dir=base))
-    lock = os.open(root / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    return root, lock
-
-
-def _abandoned(folder: Path) -> bool:
-    """Whether a slot folder's lock is free: its slot is gone. A folder without a lock is being made."""
-    try:
-        lock = os.open(folder / LOCK, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    finally:
-        os.close(lock)
-    return True
 
 
 class _TrialSlot:
@@ -219,25 +148,6 @@ class Slot:
     def _lost(self, why: str, started: float) -> dict[str, Any]:
         return {"state": "crash", "reason": f"node {self.where['ip']} (GPU {self.where['gpu'] or '?'}): {why}",
                 "wall_s": round(time.monotonic() - started, 3), "exit_code": None, "placement": self.placement}
-
-
-def pack_paths(paths: dict[str, Path]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for name, path in sorted(paths.items()):
-            archive.add(path, arcname=name)
-    return buffer.getvalue()
-
-
-def pack(folder: Path) -> bytes:
-    return pack_paths({path.name: path for path in folder.iterdir()})
-
-
-def unpack(data: bytes, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-        # The data filter (no links out, no absolute paths) where this Python has it (3.10.12+).
-        archive.extractall(folder, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
 
 
 def _reachable(address: str) -> None:

@@ -242,7 +242,7 @@ def test_a_slot_lost_on_a_live_node_is_replaced_once_its_gpu_is_free(cluster, tm
 def test_a_slot_removes_the_folders_of_slots_that_are_gone(tmp_path):
     import fcntl
 
-    from autotune.executors.ray import LOCK, slot_folder
+    from autotune.executors.ray_slots import LOCK, slot_folder
 
     gone = tmp_path / "base" / "slot-gone"
     (gone / "run").mkdir(parents=True)
