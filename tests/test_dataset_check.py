@@ -70,7 +70,9 @@ def test_a_torn_line_after_good_ones_is_found(tmp_path):
 
 
 def test_a_folder_names_its_files_when_none_has_text(tmp_path):
+    folder = tmp_path / "data"  # tmp_path itself holds the test's knowledge base (and its peaks .json)
+    folder.mkdir()
     for name in ("a.jsonl", "b.jsonl"):
-        (tmp_path / name).write_text('{"n": 1}\n')
+        (folder / name).write_text('{"n": 1}\n')
     with pytest.raises(JobError, match="none of the 2 rows of the 2 data files"):
-        check_rows(str(tmp_path))
+        check_rows(str(folder))

@@ -287,4 +287,7 @@ def test_a_node_killed_mid_trial_is_a_crash_and_the_tune_finishes(cluster, tmp_p
     crashed = [r for r in outcome.records if r["state"] == "crash"]
     assert len(crashed) == 1 and "lost mid-trial" in crashed[0]["reason"], [r["reason"] for r in outcome.records]
     assert [r["trial"] for r in outcome.records] == list(range(len(outcome.records))) and len(outcome.records) > 3
-    assert outcome.parallel["slots_left"] == 1 and outcome.stop_reason == "every applicable change was tried"
+    # The search ran to its own end (nothing left, or nothing left worth a trial), not to a budget or a fault.
+    assert outcome.parallel["slots_left"] == 1
+    assert (outcome.stop_reason == "every applicable change was tried"
+            or outcome.stop_reason.startswith("the best proposal left")), outcome.stop_reason
