@@ -209,7 +209,8 @@ def _start_knobs(pairs: dict[str, str], effective_batch: int) -> Knobs:
 def _mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     """The framework-free MLP: its own seeded rows and weights; the knobs of any PyTorch loop."""
     for key, why in (("method", "LoRA adapts a pretrained transformer; the MLP trains all its weights"),
-                     ("weights", "the MLP starts from seeded random weights")):
+                     ("weights", "the MLP starts from seeded random weights"),
+                     ("realize", "its best config is a plain loop's settings, not a `trl sft` file")):
         if key in pairs:
             raise JobError(f"{key}= does not apply with model=mlp: {why}; drop {key}=")
     if pairs.get("dataset", "synthetic") != "synthetic":
@@ -288,6 +289,9 @@ def _script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
 
     from .script import ScriptAdapter
 
+    if "realize" in pairs:
+        raise JobError("realize= does not apply with script=: your script is the trainer, and its best config is "
+                       "the settings for your files and flags; drop realize=")
     script = Path(pairs["script"]).expanduser()
     if script.suffix != ".py" or not script.is_file():
         raise JobError(f"script={pairs['script']!r}: no such Python file; expected {JOB_KEYS['script']}")

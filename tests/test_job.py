@@ -203,6 +203,8 @@ def test_model_mlp_fills_its_defaults_and_keeps_the_users_sizes():
     (["model=mlp", "dataset=tatsu-lab/alpaca"], "dataset="),
     (["model=mlp", "method=lora"], "method="),
     (["model=mlp", "weights=pretrained"], "weights="),
+    (["model=mlp", "realize=true"], "realize="),
+    (["script=examples/byo_script/plain_loop.py", "realize=false"], "realize="),
     (["model=mlp", "padding=padding_free"], "padding"),
     (["model=mlp", "mlp_depth=0"], "mlp_depth="),
     (["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "mlp_width=8"], "model=mlp"),
