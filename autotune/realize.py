@@ -31,7 +31,8 @@ def skip_reason(job: Any, frame: dict[str, Any]) -> str:
         return "realize=false: the files were written, not run in `trl sft`"
     if (frame.get("model") or {}).get("vision"):
         return ("an image-text model: autotune's rows carry pre-processed image blocks, which `trl sft` does not "
-                "take; the files were not run")
+                "take; the files were not run (for a preset or synthetic images they name a model and rows that "
+                "only this run's trials had: point them at your model and image dataset)")
     if job.host != "local":
         return (f"trials ran on {job.host}: the files were written here, not run; run `trl sft --config FILE` there "
                 "(its paths are this machine's)")
@@ -59,12 +60,6 @@ def hand_over(folder: RunFolder, job: Any, executor: Any, outcome: Any) -> dict[
 
     frame = outcome.frame
     reason = skip_reason(job, frame)
-    if (frame.get("model") or {}).get("vision"):
-        record = {"schema_version": 1, "state": "skipped", "reason": reason, "loop_best_trial": outcome.best.trial,
-                  "loop_speedup": outcome.speedup}
-        validate("realized", record, str(folder.path / REALIZED))
-        write_json_atomic(folder.path / REALIZED, record)
-        return record
     mode = "smoke" if job.smoke else "full"
     chain = candidates(job, outcome.records, outcome.best.trial)
     run_path = folder.path.resolve()

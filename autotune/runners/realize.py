@@ -191,6 +191,19 @@ def _forked(words: list[str], log: Path, timeout_s: float) -> int | None:
         time.sleep(0.05)
 
 
+def vlm_lora_targets(config: Any) -> list[str]:
+    """An image-text model's adapter as the trials put it: the language model's linear layers only
+    (peft's "all-linear" would also adapt the vision tower and projector)."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    from .models import language_linears
+
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    return language_linears(model)
+
+
 def run_file(path: Path, steps: int, out: Path, log: Path, timeout_s: float, env: dict[str, str],
              forked: bool = True) -> dict[str, Any]:
     """One `trl sft --config FILE` run for `steps` optimizer steps: exit code, train_runtime, wall.
@@ -232,6 +245,7 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
     from ..trl_args import sft_fields
     from .data import read_rows
     from .models import load_config, uses_random_weights
+    from .vision import is_vlm
 
     job, run_path = spec["job"], Path(spec["run_path"])
     work = Path(spec["work_dir"])
@@ -239,12 +253,14 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
     stored = read_rows(Path(spec["rows_path"]))
     config = load_config(Path(spec["model_config_path"]))
     fields = sft_fields()
-    save_rows(stored["rows"], run_path / DATA_DIR)
-    # Weights built from a config (presets, smoke, weights=random) exist only here: saved once.
+    vision = is_vlm(config)
     model_dir = run_path / MODEL_DIR
-    if uses_random_weights(job) and not (model_dir / "config.json").exists():
-        save_model(job, config, model_dir, stored["pad_id"])
-    targets = lora_targets(config) if job.get("method") == "lora" else None
+    if not vision:  # an image-text run's rows hold processed image blocks, which `trl sft` does not take
+        save_rows(stored["rows"], run_path / DATA_DIR)
+        # Weights built from a config (presets, smoke, weights=random) exist only here: saved once.
+        if uses_random_weights(job) and not (model_dir / "config.json").exists():
+            save_model(job, config, model_dir, stored["pad_id"])
+    targets = (vlm_lora_targets(config) if vision else lora_targets(config)) if job.get("method") == "lora" else None
     files = {str(c["trial"]): trl_config(job, c["knobs"], fields=fields, cpu=spec["cpu"], run_path=run_path,
                                          lora_targets=targets) for c in spec["candidates"]}
     result: dict[str, Any] = {"files": files, "kwargs": {t: python_kwargs(f) for t, f in files.items()},

@@ -99,3 +99,25 @@ def test_a_lora_jobs_file_trains_the_adapter_the_trials_trained(tmp_path):
     assert sorted(adapter["target_modules"]) == result["lora_target_modules"]
     assert set(result["lora_target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
                                                   "down_proj"}
+
+
+def test_a_vlm_lora_file_names_the_language_model_layers_the_trials_adapted(tmp_path):
+    # peft's "all-linear" would also adapt the vision tower and projector, which the trials kept frozen.
+    job, _ = job_from_words("vlm", ["smoke", "model=tiny-qwen2-vl", "dataset=synthetic", "max_len=256",
+                                    "effective_batch=2", "method=lora"])
+    run = tmp_path / "runs" / "vlm"
+    run.mkdir(parents=True)
+    config, _ = resolve_config(job.to_dict())
+    save_config(config, run / "model_config.json")
+    write_rows(run / "rows.json", synthetic_rows(8, job.max_len, config.text_config.vocab_size, 0), 0,
+               config.text_config.vocab_size)
+    spec = {"job": job.to_dict(), "run_path": str(run), "work_dir": str(run / "work"),
+            "rows_path": str(run / "rows.json"), "model_config_path": str(run / "model_config.json"),
+            "candidates": [{"trial": 0, "knobs": job.start.to_dict(), "steps": 2}], "rounds": 1, "realize": False,
+            "skip_reason": "an image-text model", "cpu": True, "run_timeout_s": 60, "offline": True}
+    result = child.body(spec)
+    targets = result["files"]["0"]["lora_target_modules"]
+    assert targets and all("language_model" in name or "text_model" in name for name in targets)
+    assert not any("visual" in name or "vision" in name for name in targets)
+    assert result["kwargs"]["0"]["lora_config"]["target_modules"] == targets
+    assert not (run / "data").exists() and not (run / "model").exists()  # nothing trl sft could not take
