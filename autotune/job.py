@@ -152,8 +152,11 @@ def parse_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
-    """The job and the mode words (smoke, resume, review) of `autotune tune RUN key=value ...`."""
-    pairs, modes = parse_words(words)
+    """The job and the mode words (smoke, resume, review) of `autotune tune RUN key=value ...`; config= and
+    from= files become words first (job_files.py), so a file is validated as the words are."""
+    from .job_files import expand
+
+    pairs, modes = parse_words(expand(words))
     smoke = "smoke" in modes
     if "script" in pairs:
         return _script_job(run, pairs, smoke), modes

@@ -47,4 +47,9 @@ JOB_KEYS = {
     "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
                "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
                "default true)",
+    "config": "a YAML job file of these keys, for example config=job.yaml (`max_len: 2048`, `smoke: true`); "
+              "words typed after it override it; a run folder's job.yaml reruns that job",
+    "from": "a TRL / transformers YAML config as `trl sft --config` reads it, for example from=sft.yaml: its "
+            "model_name_or_path, dataset, max_length, batch sizes (their product is effective_batch) and the "
+            "knobs it sets; config= and the words override it",
 }

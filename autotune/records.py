@@ -60,6 +60,9 @@ class RunFolder:
         validate("job", job, str(self.job))
         self.make()
         write_json_atomic(self.job, job)
+        from .job_files import write_job_yaml
+
+        write_job_yaml(self.path / "job.yaml", job)  # the same job as a file `config=` reads
 
     def make(self) -> None:
         """The folder, private to the user: trials, records and the job may name private data and models."""
