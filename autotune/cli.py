@@ -16,6 +16,7 @@ from .errors import AutotuneError, JobError
 from .job import JOB_KEYS
 from .knobs import CATALOG
 from .presets import DEMO_PRESET
+from .tune_result import EXIT_CODES, NO_GAIN_EXIT
 
 TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items()) + (
     "\n\nstarting config (the baseline; default is the naive one: micro-batch 1, pad to max_len, fp32, eager):\n"
@@ -28,7 +29,10 @@ TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items(
     "  fresh            measure every trial, even those this knowledge base already holds for this job,\n"
     "                   device and software (by default they are replayed from the record)\n"
     "\nexamples:\n  autotune tune demo smoke\n"
-    "  autotune tune qwen model=Qwen/Qwen2.5-0.5B dataset=tatsu-lab/alpaca max_len=2048 effective_batch=16 time=2h")
+    "  autotune tune qwen model=Qwen/Qwen2.5-0.5B dataset=tatsu-lab/alpaca max_len=2048 effective_batch=16 time=2h\n"
+    "  autotune tune qwen2 from=sft.yaml time=2h        (model, dataset, length and batch from a `trl sft` config)\n"
+    "  autotune tune again config=runs/qwen/job.yaml    (a job file; words after it override it)\n"
+    "\nexit codes:\n" + "\n".join(f"  {code:<16} {what}" for code, what in EXIT_CODES.items()))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,10 +43,17 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     tune = commands.add_parser("tune", help="run the whole loop on a job",
                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TUNE_EPILOG,
-                               usage="autotune tune RUN key=value ... [smoke] [fresh]  |  autotune tune RUN resume|review")
+                               usage="autotune tune RUN key=value ... [config=job.yaml] [from=sft.yaml] [smoke] [fresh] [--json] "
+                               "[--fail-if-no-gain]  |  autotune tune RUN resume|review")
     tune.add_argument("run", metavar="RUN", help="name of the run; outputs go to runs/RUN/")
     tune.add_argument("words", nargs="*", metavar="key=value", help="the job (see keys below)")
     tune.add_argument("--runs-dir", default=os.environ.get("AUTOTUNE_RUNS", "runs"), help="where run folders go")
+    tune.add_argument("--json", action="store_true", dest="as_json",
+                      help="print one JSON object at the end on stdout (best knobs, speed-up and its interval, "
+                           "realized speed-up, files, stop reason; schema autotune/schemas/tune_result.json); "
+                           "progress goes to stderr")
+    tune.add_argument("--fail-if-no-gain", action="store_true",
+                      help=f"exit {NO_GAIN_EXIT} when no change was kept (the baseline is the best config)")
     from . import kb_commands, suggest
 
     suggest.add_parser(commands)
@@ -57,7 +68,24 @@ def _inject_from_env() -> dict[int, str]:
     return {int(number): fault for number, fault in pairs}
 
 
-def tune(run: str, words: list[str], runs_dir: str) -> int:
+def tune(run: str, words: list[str], runs_dir: str, as_json: bool = False, fail_if_no_gain: bool = False) -> int:
+    """A tune (or a review); its exit code. With `as_json`, stdout holds only the result object."""
+    import contextlib
+
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        job, outcome, config = _tune_or_review(run, words, runs_dir)
+    if as_json:
+        from .tune_result import result, text
+
+        print(text(result(job, outcome, config)), file=stdout, flush=True)
+    if fail_if_no_gain and not any(r.get("decision") == "keep" for r in outcome.records):
+        _say(f"no change was kept: the baseline is the best config (--fail-if-no-gain: exit {NO_GAIN_EXIT})")
+        return NO_GAIN_EXIT
+    return 0
+
+
+def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any, dict[str, Any]]:
     from .executors import get_executor
     from .job import job_from_words
 
@@ -75,7 +103,7 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
 
         check_writable_folder(Path(runs_dir), f"--runs-dir {runs_dir}")  # before the run folder is made
     if "review" in modes:
-        return review(run, job, runs_dir)
+        return (job, *review(run, job, runs_dir))
     executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python)
     from .display import Progress
     from .tuner import Tuner
@@ -84,10 +112,10 @@ def tune(run: str, words: list[str], runs_dir: str) -> int:
     tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env(), fresh="fresh" in modes)
     # One lock from the first write to the report: a second `tune RUN` or `resume` stops (exit 2) until then.
     with tuner.folder.locked():
-        return _tune(tuner, job, modes, executor, display)
+        return (job, *_tune(tuner, job, modes, executor, display))
 
 
-def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -> int:
+def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -> tuple[Any, dict[str, Any]]:
     from .report import write_best_config, write_report, write_results_tsv
 
     if tuner.script is not None:
@@ -116,10 +144,10 @@ def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -
     if config.get("realized"):
         display.console.print(config["realized"].replace("**", ""), highlight=False, soft_wrap=True)
     display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
-    return 0
+    return outcome, config
 
 
-def review(run: str, job: Any, runs_dir: str) -> int:
+def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:
     """The report, results and best config of a run written again from its folder; no device is used."""
     from .resume import review as rewrite
 
@@ -137,7 +165,7 @@ def review(run: str, job: Any, runs_dir: str) -> int:
     if config.get("realized"):
         print(config["realized"].replace("**", ""))
     print(f"ready to run: {config['command']}")
-    return 0
+    return outcome, config
 
 
 def _interrupt(signum: int, _frame: object) -> None:
@@ -191,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command != "tune":
             return args.handler(args)
-        return tune(args.run, args.words, args.runs_dir)
+        return tune(args.run, args.words, args.runs_dir, args.as_json, args.fail_if_no_gain)
     except JobError as error:
         _say(str(error))
         return 2

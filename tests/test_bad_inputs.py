@@ -82,6 +82,12 @@ def make_world(root: Path) -> None:
     (scripts / "loop.yaml").write_text("a: &a [*a]\nmax_len: 64\n")
     (scripts / "torn.yaml").write_text("max_len: [64\n")
     (scripts / "deep.json").write_text("[" * 200 + "]" * 200)
+    jobs = root / "jobs"
+    jobs.mkdir()
+    for name, text in (("list.yaml", "- max_len\n- 64\n"), ("unknown.yaml", "model: mlp\ncolour: red\n"),
+                       ("bomb.yaml", _bomb()), ("nested.yaml", "model: mlp\nmax_len: {a: 1}\n"),
+                       ("bad_value.yaml", "model: mlp\nmax_len: 3\n"), ("empty.yaml", "")):
+        (jobs / name).write_text(text)
     runs = root / "runs"
     for run, files in (("bad-job", {"job.json": "garbage"}), ("list-job", {"job.json": "[1, 2]"}),
                        ("odd-job", {"job.json": json.dumps({"run": "odd-job", "colour": "red"})}),
@@ -175,6 +181,21 @@ CASES = [
      "not valid YAML", ()),
     ("json-config-200-deep", tune("r", f"script={S}plain.py", f"script_configs={S}deep.json",
                                   "effective_batch=4"), 2, "nests deeper", ()),
+    # job files: config= (the job's keys) and from= (a `trl sft` config)
+    ("config-missing", tune("r", "config=jobs/missing.yaml"), 2, "config='jobs/missing.yaml': no such file", ()),
+    ("config-a-folder", tune("r", "config=jobs"), 2, "no such file", ()),
+    ("config-a-list", tune("r", "config=jobs/list.yaml"), 2, "holds no mapping", ()),
+    ("config-empty", tune("r", "config=jobs/empty.yaml"), 2, "holds no mapping", ()),
+    ("config-unknown-key", tune("r", "config=jobs/unknown.yaml"), 2, "config=jobs/unknown.yaml: unknown key 'colour'",
+     ()),
+    ("config-nested-value", tune("r", "config=jobs/nested.yaml"), 2, "max_len: \"{'a': 1}\" is not one value", ()),
+    ("config-bad-value", tune("r", "config=jobs/bad_value.yaml"), 2, "max_len=", ()),
+    ("config-yaml-bomb", tune("r", "config=jobs/bomb.yaml"), 2, "aliases expand", ()),
+    ("config-yaml-torn", tune("r", f"config={S}torn.yaml"), 2, "not valid YAML", ()),
+    ("config-twice", tune("r", "config=jobs/unknown.yaml", "config=jobs/list.yaml"), 2, "given twice", ()),
+    ("from-missing", tune("r", "from=jobs/missing.yaml"), 2, "from='jobs/missing.yaml': no such file", ()),
+    ("from-a-list", tune("r", "from=jobs/list.yaml"), 2, "holds no mapping", ()),
+    ("from-yaml-bomb", tune("r", "from=jobs/bomb.yaml"), 2, "aliases expand", ()),
     # a model folder whose config.json is not one
     ("suggest-config-garbage", ["suggest", "model=models/garbage", "max_len=512"], 2, "not JSON", ()),
     ("suggest-config-a-list", ["suggest", "model=models/a_list", "max_len=512"], 2, "no object", ()),
