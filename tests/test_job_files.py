@@ -137,3 +137,13 @@ def test_a_tune_writes_job_yaml_beside_job_json(tmp_path):
     folder = RunFolder(tmp_path / "runs", "r")
     folder.create(job.to_dict())
     assert job_from_words("r", [f"config={folder.path / 'job.yaml'}"])[0] == job
+
+
+def test_a_job_file_may_name_its_trl_config_beside_it(tmp_path, monkeypatch):
+    (tmp_path / "cfg").mkdir()
+    write(tmp_path / "cfg" / "sft.yaml", {"model_name_or_path": "m/m", "dataset_name": "d/d", "max_length": 256,
+                                         "per_device_train_batch_size": 2, "gradient_accumulation_steps": 2})
+    config = write(tmp_path / "cfg" / "job.yaml", {"from": "sft.yaml", "max_trials": 4})
+    monkeypatch.chdir(tmp_path)  # the path is the job file's folder's, not the shell's
+    job, _ = job_from_words("r", [f"config={config}", "max_len=128"])
+    assert (job.model, job.max_len, job.effective_batch, job.max_trials) == ("m/m", 128, 4, 4)
