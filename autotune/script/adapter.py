@@ -226,7 +226,17 @@ class ScriptAdapter:
             return f"the script's settings cannot say {knob}={value}"
         if knob == "precision" and not self._can_say(value):
             return f"the script has no setting that says precision {value}"
+        if knob == "padding" and value == "padding_free" and self._trl_holds_max_length():
+            return ("TRL (>= 1.0) refuses padding_free without packing while max_length is set, and max_length "
+                    "is the length you set (held)")
         return None
+
+    def _trl_holds_max_length(self) -> bool:
+        """An SFTConfig script (TrlParser: the dataclass style with TRL's padding_free field) whose
+        max_length is set: SFTTrainer stops on padding_free there, whatever the other knobs."""
+        length = self.discovery.get("max_len")
+        return (self.discovery.style == "dataclass" and self.discovery.get("padding_free") is not None
+                and length is not None and length.value is not None)
 
     def _can_say(self, precision: str) -> bool:
         """A precision is tried only where the script's settings can express it exactly."""

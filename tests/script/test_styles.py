@@ -92,6 +92,9 @@ def test_trl_parser_with_config_takes_sft_config_defaults(project):
     files, flags = found.edits(found.start.with_change("precision", "fp32").with_change("padding", "longest"))
     assert flags == [] and dict((p[0], v) for p, v in files["examples/byo_script/trl_sft.yaml"]) == {
         "bf16": False, "pad_to_multiple_of": None}
+    # SFTTrainer stops on padding_free while max_length is set, and max_length is the user's: never tried.
+    assert "refuses padding_free" in found.why_not("padding", "padding_free")
+    assert found.why_not("padding", "longest") is None
 
 
 def test_trl_parser_with_flags(project):
