@@ -292,7 +292,12 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     if problem or rows == 0:
         raise TrialFault("invalid", problem or "no rows reached the model in the measured steps")
     flops = sum(tokens) * (6 * meter.trainable + 4 * meter.frozen)
-    peak = (spec.get("peaks") or {}).get("matmul_flops", {}).get(spec["knobs"]["precision"])
+    precision = spec["knobs"]["precision"]
+    if meter.dtypes == {"float32"} and precision in ("bf16", "fp16"):
+        # The hooks saw every forward in fp32 (a script whose bf16 flag gives no autocast here): MFU is
+        # against the peak of what ran, not of what the settings say (the bf16 peak of a CPU can be 20x lower).
+        precision = "fp32"
+    peak = (spec.get("peaks") or {}).get("matmul_flops", {}).get(precision)
     mfu = flops / seconds / peak if peak else None
     config = getattr(meter.root, "config", None)
     padded = sum(meter.step_padded[-spec["measure_steps"]:])
