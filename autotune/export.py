@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from .io import write_text_atomic
 from .trl_args import DATA_KEYS, MODEL_KEYS, knob_fields, lora_fields, lora_kwargs, model_fields
 
 # Folders of the run folder that hold what the files name when no hub or user file does.
@@ -118,17 +119,5 @@ def write_files(folder: Any, job: Any, best: dict[str, Any], record: dict[str, A
                    "best": fallback_configs(job, best, cpu, run_path)}
         trials = {"baseline": 0, "best": record.get("loop_best_trial", -1) if record else -1}
     for label, name in FILES.items():
-        _write_text(folder.path / name, yaml_text(configs[label], header(job, label, trials[label], record)))
+        write_text_atomic(folder.path / name, yaml_text(configs[label], header(job, label, trials[label], record)))
     return python_kwargs(configs["best"])
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Whole or not at all: a file a user runs is never half written."""
-    import os
-
-    tmp = path.with_name(path.name + ".tmp")
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)

@@ -69,15 +69,13 @@ def append_line(path: Path, data: bytes, fix: str = RESUME_HINT, mode: int = 0o6
         os.close(fd)
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], indent: int | None = 1, fix: str = RESUME_HINT) -> None:
-    """`indent=None` for bulk data (token rows), where one value per line would multiply the size.
-
-    A full disk leaves the old file in place and no temp file behind (DiskError)."""
+def write_text_atomic(path: Path, text: str, fix: str = RESUME_HINT) -> None:
+    """The whole of `text` or the old file, never half: a temp file, fsync, rename. Private (0600): run
+    folders and knowledge bases hold the user's job, data paths and results. A full disk leaves the old
+    file in place and no temp file behind (DiskError)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    text = json.dumps(data, indent=indent)  # a value JSON cannot hold fails here, before any file is touched
     try:
-        # 0600: run folders and knowledge bases hold the user's job, data paths and results.
         with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "w") as handle:
             handle.write(text)
             handle.flush()
@@ -86,3 +84,9 @@ def write_json_atomic(path: Path, data: dict[str, Any], indent: int | None = 1, 
     except OSError as error:
         tmp.unlink(missing_ok=True)
         raise DiskError(path, error, fix) from None
+
+
+def write_json_atomic(path: Path, data: dict[str, Any], indent: int | None = 1, fix: str = RESUME_HINT) -> None:
+    """`indent=None` for bulk data (token rows), where one value per line would multiply the size."""
+    # A value JSON cannot hold fails here, before any file is touched.
+    write_text_atomic(path, json.dumps(data, indent=indent), fix)

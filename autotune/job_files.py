@@ -254,11 +254,7 @@ def job_yaml(job: Any) -> str:
 
 def write_job_yaml(path: Path, job: Mapping[str, Any]) -> None:
     """runs/RUN/job.yaml beside job.json (the record): whole or not at all, private like the folder."""
-    import os
-
+    from .io import write_text_atomic
     from .job import Job
 
-    tmp = path.with_name(path.name + ".tmp")
-    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "w") as handle:
-        handle.write(job_yaml(Job.from_dict(dict(job))))
-    tmp.replace(path)
+    write_text_atomic(path, job_yaml(Job.from_dict(dict(job))))
