@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -98,11 +97,10 @@ def _byte_tokenized(job: dict[str, Any]) -> bool:
 def save_rows(rows: list[list[int]], folder: Path) -> None:
     from ..export import DATA_FILE
 
+    from ..io import write_text_atomic
+
     folder.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps({"input_ids": row}) + "\n" for row in rows)
-    tmp = folder / f".{DATA_FILE}.tmp"
-    tmp.write_text(text)
-    os.replace(tmp, folder / DATA_FILE)
+    write_text_atomic(folder / DATA_FILE, "".join(json.dumps({"input_ids": row}) + "\n" for row in rows))
 
 
 def lora_targets(config: Any) -> list[str]:
@@ -204,22 +202,12 @@ def vlm_lora_targets(config: Any) -> list[str]:
     return language_linears(model)
 
 
-def run_file(path: Path, steps: int, out: Path, log: Path, timeout_s: float, env: dict[str, str],
-             forked: bool = True) -> dict[str, Any]:
-    """One `trl sft --config FILE` run for `steps` optimizer steps: exit code, train_runtime, wall.
-    `forked=False` starts the installed `trl` console script instead (a fresh interpreter)."""
+def run_file(path: Path, steps: int, out: Path, log: Path, timeout_s: float) -> dict[str, Any]:
+    """One `trl sft --config FILE` run for `steps` optimizer steps: exit code, train_runtime, wall."""
     words = ["sft", "--config", str(path), "--max_steps", str(steps), "--output_dir", str(out),
              "--save_strategy", "no", "--report_to", "none", "--logging_steps", str(steps)]
     started = time.monotonic()
-    if forked:
-        code = _forked(words, log, timeout_s)
-    else:
-        with open(log, "w") as handle:
-            try:
-                code = subprocess.run([trl_executable(), *words], stdout=handle, stderr=subprocess.STDOUT, env=env,
-                                      timeout=timeout_s).returncode
-            except subprocess.TimeoutExpired:
-                code = None
+    code = _forked(words, log, timeout_s)
     text = log.read_text(errors="replace")
     shutil.rmtree(out, ignore_errors=True)  # the saved weights: only the runtime is wanted
     found = RUNTIME.findall(text)
@@ -301,12 +289,11 @@ def interleave(spec: dict[str, Any], files: dict[str, Path], work: Path) -> dict
     env, timeout = _env(spec), float(spec["run_timeout_s"])
     warm_trl(env)
     runs: list[dict[str, Any]] = []
-    count = iter(range(10 ** 6))
 
     def go(candidate: dict[str, Any], steps: int, label: str) -> dict[str, Any]:
-        n = next(count)
+        n = len(runs)
         run = run_file(files[str(candidate["trial"])], steps, work / f"out-{n}", work / f"run-{n:02d}-{label}.log",
-                       timeout, env)
+                       timeout)
         runs.append({"config": label, "trial": candidate["trial"], **run})
         return run
 

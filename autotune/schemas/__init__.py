@@ -51,18 +51,22 @@ def digest() -> str:
     return hashed.hexdigest()
 
 
-def violation(name: str, record: Any) -> str | None:
-    """The first violation of `record` against `name`.json as one line, or None when it is valid."""
+def _first_error(name: str, record: Any) -> tuple[str, str] | None:
+    """(where in the record, what is wrong) of the first violation, or None when it is valid."""
     error = next(iter(validator(name).iter_errors(record)), None)
     if error is None:
         return None
-    path = "/".join(str(p) for p in error.absolute_path) or "(top)"
-    return f"not valid against {name}.json: at {path}: {error.message}"
+    return "/".join(str(p) for p in error.absolute_path) or "(top)", error.message
+
+
+def violation(name: str, record: Any) -> str | None:
+    """The first violation of `record` against `name`.json as one line, or None when it is valid."""
+    found = _first_error(name, record)
+    return None if found is None else f"not valid against {name}.json: at {found[0]}: {found[1]}"
 
 
 def validate(name: str, record: dict[str, Any], where: str = "") -> None:
     """Raise RecordError naming the first violation (and where the record came from)."""
-    error = next(iter(validator(name).iter_errors(record)), None)
-    if error is not None:
-        path = "/".join(str(p) for p in error.absolute_path) or "(top)"
-        raise RecordError(f"{where or name} record is not valid: at {path}: {error.message}")
+    found = _first_error(name, record)
+    if found is not None:
+        raise RecordError(f"{where or name} record is not valid: at {found[0]}: {found[1]}")
