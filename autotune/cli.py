@@ -104,7 +104,7 @@ def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any
         check_writable_folder(Path(runs_dir), f"--runs-dir {runs_dir}")  # before the run folder is made
     if "review" in modes:
         return (job, *review(run, job, runs_dir))
-    executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python)
+    executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python, job.ssh_config)
     from .display import Progress
     from .tuner import Tuner
 

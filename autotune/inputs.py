@@ -19,7 +19,7 @@ from .errors import JobError
 MAX_DIGITS = 18          # 10**18 rows, tokens or seconds is beyond any job; 2**63 has 19 digits
 MAX_WORD_CHARS = 4096    # one key=value word: a path is at most 4096 bytes on Linux
 NAME_MAX = 255           # bytes of one file or folder name (Linux, macOS)
-PATH_KEYS = ("model", "dataset", "kb", "ssh_key", "script", "script_configs")
+PATH_KEYS = ("model", "dataset", "kb", "ssh_key", "ssh_config", "script", "script_configs")
 MAX_JSON_DEPTH = 64      # records nest a handful deep; a hostile file may nest 200,000 deep
 MAX_JSON_BYTES = 512 * 2**20
 MAX_CONFIG_BYTES = 16 * 2**20  # a config file (YAML, JSON, config.json) is kilobytes

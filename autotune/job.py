@@ -15,7 +15,7 @@ from .errors import JobError
 from .inputs import PATH_KEYS, check_digits, check_path, check_word, check_writable_folder
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .job_keys import JOB_KEYS, MLP_MODEL
-from .job_values import check_dataset, check_model, parse_duration, parse_share, parse_size, whole
+from .job_values import SSH_KEYS, check_dataset, check_model, is_ssh, parse_duration, parse_share, parse_size, whole
 from .presets import DEMO_PRESET, PRESETS, is_vision_preset
 
 MODES = ("smoke", "resume", "review", "fresh")
@@ -38,7 +38,8 @@ SMOKE_TIME_BUDGET_S = 180
 # An image-text preset's steps carry images through a vision tower and the processor: its smoke run
 # gets longer, still within five minutes.
 VLM_SMOKE_TIME_BUDGET_S = 285
-_HOST = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9._-]+(:\d{1,5})?$")
+# An SSH host: user@name[:port], or a name alone (an alias of the SSH config, or a host name), as `ssh` takes.
+_HOST = re.compile(r"^([A-Za-z0-9._-]+@)?[A-Za-z0-9._-]+(:\d{1,5})?$")
 _RAY_HOST = re.compile(r"^ray://[A-Za-z0-9._-]+:\d{1,5}$")
 
 
@@ -62,6 +63,7 @@ class Job:
     ssh_key: str = ""
     ssh_trust_new: bool = False
     ssh_python: str = "python3"
+    ssh_config: str = ""
     script: str = ""
     script_configs: tuple[str, ...] = ()
     script_args: str = ""
@@ -247,14 +249,17 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         raise JobError(f"ssh_trust_new={pairs['ssh_trust_new']!r}: expected true or false")
     if "ssh_key" in pairs and not Path(pairs["ssh_key"]).expanduser().is_file():
         raise JobError(f"ssh_key={pairs['ssh_key']!r}: no such file; expected {JOB_KEYS['ssh_key']}")
-    if "@" not in host and any(k in pairs for k in ("ssh_key", "ssh_trust_new", "ssh_python")):
-        raise JobError("ssh_key, ssh_trust_new and ssh_python go with host=user@host[:port]")
+    if not is_ssh(host) and any(k in pairs for k in SSH_KEYS):
+        raise JobError(f"{', '.join(SSH_KEYS)} go with an SSH host: host=user@host[:port] or host=ALIAS")
+    if "ssh_config" in pairs and not Path(pairs["ssh_config"]).expanduser().is_file():
+        raise JobError(f"ssh_config={pairs['ssh_config']!r}: no such file; expected {JOB_KEYS['ssh_config']}")
     if "kb" in pairs:  # the tune writes there: a file or an unwritable folder is refused before the run folder
         check_writable_folder(Path(pairs["kb"]), f"kb={pairs['kb']}")
     return dict(
         run=run, host=host, gpu=pairs.get("gpu", ""),
         ssh_key=str(Path(pairs["ssh_key"]).expanduser()) if "ssh_key" in pairs else "",
         ssh_trust_new=trust == "true", ssh_python=pairs.get("ssh_python", "python3"),
+        ssh_config=str(Path(pairs["ssh_config"]).expanduser()) if "ssh_config" in pairs else "",
         max_trials=whole("max_trials", pairs["max_trials"], 1) if "max_trials" in pairs else None,
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
         kb=pairs.get("kb", ""), seed=whole("seed", pairs.get("seed", "0"), 0),

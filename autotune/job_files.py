@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from .errors import JobError
 from .inputs import check_word, parse_yaml, read_text
 from .job_keys import JOB_KEYS, MLP_MODEL
+from .job_values import is_ssh
 from .knobs import CATALOG, NAIVE_START, parse_knob_value
 
 FILE_KEYS = ("config", "from")
@@ -232,8 +233,9 @@ def job_mapping(job: Any) -> dict[str, Any]:
                 "time": f"{job.time_budget_s}s" if job.time_budget_s else None,
                 "mem_limit": f"{job.mem_limit}B" if job.mem_limit else None,
                 "llm": job.llm, "llm_timeout": f"{job.llm_timeout_s}s" if job.llm else None}
-    if "@" in job.host:
-        optional.update(ssh_key=job.ssh_key, ssh_trust_new=job.ssh_trust_new, ssh_python=job.ssh_python)
+    if is_ssh(job.host):
+        optional.update(ssh_key=job.ssh_key, ssh_config=job.ssh_config, ssh_trust_new=job.ssh_trust_new,
+                        ssh_python=job.ssh_python)
     out.update({k: v for k, v in optional.items() if v not in (None, "", [])})
     if not script:
         start = job.start.to_dict()

@@ -15,9 +15,12 @@ JOB_KEYS = {
     "max_len": "a whole number of tokens >= 8, for example max_len=2048 (model=mlp: features per row, default 512)",
     "effective_batch": "a whole number of rows per optimizer step >= 1, for example effective_batch=16",
     "method": "sft or lora",
-    "host": "local, user@host[:port] of a box reachable over SSH (trials run there; records stay here), or "
+    "host": "local, user@host[:port] or a Host alias of your SSH config (host=gpu-box) of a box reachable over SSH "
+            "(trials run there; records stay here), or "
             "ray (the Ray cluster at RAY_ADDRESS) or ray://HEAD:PORT: trials in parallel, one GPU each",
     "ssh_key": "a private key file for host= (default: the SSH agent, then ~/.ssh/id_*)",
+    "ssh_config": "the SSH config file that resolves host= (aliases, User, Port, IdentityFile, ProxyJump; "
+                  "default ~/.ssh/config)",
     "ssh_trust_new": "true to record an unknown host's key on first use (default false: it is refused)",
     "ssh_python": "the Python on the remote box, with torch and transformers (default python3)",
     "gpu": "a label for the record, for example gpu=4090",

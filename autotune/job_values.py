@@ -20,6 +20,13 @@ _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # Sizes the frame and the runners materialise: beyond these a job would exhaust the machine's memory in
 # the child (10**17 tokens a row) instead of being refused here. Each is far above any real job.
 MAXIMA = {"max_len": 2**20, "effective_batch": 2**16, "mlp_width": 2**16, "mlp_depth": 1024, "mlp_rows": 10**7}
+# The keys that only mean something with an SSH host.
+SSH_KEYS = ("ssh_key", "ssh_config", "ssh_trust_new", "ssh_python")
+
+
+def is_ssh(host: str) -> bool:
+    """Whether trials run over SSH: any host but local and Ray (`user@ip[:port]`, or a config alias)."""
+    return host not in ("local", "ray") and not host.startswith("ray://")
 
 
 def parse_duration(text: str) -> int:

@@ -9,16 +9,16 @@ from .base import Executor
 from .local import LocalExecutor
 
 
-def get_executor(host: str, run: str = "", key: str = "", trust_new: bool = False, python: str = "python3") -> Executor:
+def get_executor(host: str, run: str = "", key: str = "", trust_new: bool = False, python: str = "python3",
+                 config: str = "") -> Executor:
     if host == "local":
         return LocalExecutor()
     if host == "ray" or host.startswith("ray://"):
         return _ray_executor(host)
-    if "@" not in host:
-        raise JobError(f"host={host!r}: expected local or user@host[:port]")
     from .ssh import SSHExecutor  # paramiko only when a remote box is used
 
-    return SSHExecutor(host, run, key=key, trust_new=trust_new, python=python)
+    # user@ip[:port] or an alias: resolved through the SSH config (`config`, else ~/.ssh/config).
+    return SSHExecutor(host, run, key=key, trust_new=trust_new, python=python, config=config)
 
 
 def _ray_executor(host: str) -> Executor:

@@ -1,4 +1,5 @@
-"""Trials on a remote box over SSH: with known_hosts.py, the only modules that import paramiko.
+"""Trials on a remote box over SSH: with known_hosts.py, ssh_route.py and ssh_chain.py, the only
+modules that import paramiko.
 
 The knowledge base, the decisions and the run folder stay on the user's machine; the remote box gets
 the package and each trial's spec over SFTP, into `~/.autotune-remote/<run>/` (made private, with a
@@ -8,9 +9,12 @@ executor polls under its own deadline: a connection that drops is re-established
 recovered; a heartbeat that stops makes the trial a `crash` with that reason; at the deadline the
 remote process group is killed. One executor runs one trial at a time, so trials never share the GPU.
 
-Host keys are checked against `~/.ssh/known_hosts`: an unknown host is refused with the command that
-trusts it (or `ssh_trust_new=true`, which records the key on first use). Keys come from the agent,
-`~/.ssh/id_*`, or `ssh_key=PATH`.
+`host=` is resolved through the user's SSH config (ssh_route.py): an alias, its user, port and keys,
+and ProxyJump hosts, each reached through a direct-tcpip channel of the one before (ssh_chain.py).
+Every hop's host key is checked against `~/.ssh/known_hosts` (or the config's UserKnownHostsFile): an
+unknown host is refused with the command that trusts it (or `ssh_trust_new=true`, which records the
+key on first use). Keys come from `ssh_key=PATH`, the config's IdentityFile, else the agent and
+`~/.ssh/id_*`.
 """
 
 from __future__ import annotations
@@ -30,10 +34,8 @@ import paramiko
 from ..errors import AutotuneError
 from ..records import check_run_name
 from ..runners.common import STDERR_TAIL
-from . import known_hosts
+from . import ssh_chain, ssh_route
 
-CONNECT_TIMEOUT_S = 15
-KEEPALIVE_S = 15
 POLL_S = 1.0
 HEARTBEAT_TIMEOUT_S = 30.0
 REMOTE_BASE = ".autotune-remote"
@@ -41,12 +43,6 @@ REMOTE_BASE = ".autotune-remote"
 # this executor's own token, so it never deletes a folder that autotune did not make for this tune.
 MARKER = ".made-by-autotune"
 _DROPPED = (paramiko.SSHException, OSError, EOFError, socket.error)
-
-
-def parse_host(host: str) -> tuple[str, str, int]:
-    user, _, rest = host.partition("@")
-    name, _, port = rest.partition(":")
-    return user, name, int(port or 22)
 
 
 def _package() -> bytes:
@@ -60,12 +56,14 @@ def _package() -> bytes:
 
 class SSHExecutor:
     def __init__(self, host: str, run: str, key: str = "", trust_new: bool = False, python: str = "python3",
-                 heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S) -> None:
+                 heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S, config: str = "") -> None:
         self.host, self.run_name = host, check_run_name(run)  # one component: the folder stays in ~/.autotune-remote
-        self.user, self.hostname, self.port = parse_host(host)
-        self.key, self.trust_new, self.python = key, trust_new, python
+        # Resolved once, before anything connects: a config that names nothing usable is bad input (exit 2).
+        self.route = ssh_route.route(host, config, key)
+        self.trust_new, self.python = trust_new, python
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.client: paramiko.SSHClient | None = None
+        self.jumps: list[paramiko.SSHClient] = []   # the jump hosts' connections, first hop first
         self.remote_run = ""
         self.remote_base = ""
         self.token = uuid.uuid4().hex
@@ -73,36 +71,20 @@ class SSHExecutor:
 
     # -- connection -----------------------------------------------------------------------------
     def connect(self) -> paramiko.SSHClient:
-        known = Path(known_hosts.KNOWN_HOSTS).expanduser()
-        client = paramiko.SSHClient()
-        # Read by our loader, never saved by paramiko: the file is only appended to (known_hosts.py).
-        revoked = known_hosts.load(client, known)
-        trust = known_hosts.TrustNew(revoked) if self.trust_new else None
-        client.set_missing_host_key_policy(trust or paramiko.RejectPolicy())
-        try:
-            client.connect(self.hostname, self.port, self.user, key_filename=self.key or None, allow_agent=True,
-                           look_for_keys=True, timeout=CONNECT_TIMEOUT_S, banner_timeout=CONNECT_TIMEOUT_S,
-                           auth_timeout=CONNECT_TIMEOUT_S)
-        except paramiko.SSHException as error:
-            if "not found in known_hosts" in str(error):
-                where = self.hostname if self.port == 22 else f"-p {self.port} {self.hostname}"
-                raise AutotuneError(f"host {self.host}: its host key is not in {known}; check it and trust it with "
-                                    f"`ssh-keyscan {where} >> {known}`, or add ssh_trust_new=true to record it on "
-                                    "first use") from None
-            raise AutotuneError(f"host {self.host}: {error}") from None
-        except OSError as error:
-            raise AutotuneError(f"host {self.host}: cannot connect ({error})") from None
-        if trust is not None:
-            trust.record(known)  # the one new line, appended; nothing else in the file changes
-        client.get_transport().set_keepalive(KEEPALIVE_S)
-        self.client = client
-        return client
+        """The whole chain, from the first jump host to the target: a drop anywhere is rebuilt as a whole."""
+        self._hang_up()
+        *self.jumps, self.client = ssh_chain.connect(self.host, self.route, self.trust_new)
+        return self.client
+
+    def _hang_up(self) -> None:
+        for client in [self.client, *reversed(self.jumps)]:
+            if client is not None:
+                client.close()
+        self.client, self.jumps = None, []
 
     def _reconnect(self, deadline: float) -> None:
         while True:
             try:
-                if self.client is not None:
-                    self.client.close()
                 self.connect()
                 self.reconnects += 1
                 return
@@ -176,8 +158,7 @@ class SSHExecutor:
                            f"[ \"$(cat {name}/{MARKER} 2>/dev/null)\" = {self.token} ] && rm -rf -- {name}")
             except (*_DROPPED, AutotuneError):
                 pass  # not ours, or the box is gone: left as it is
-        if self.client is not None:
-            self.client.close()
+        self._hang_up()
 
     # -- one trial --------------------------------------------------------------------------------
     def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
