@@ -280,7 +280,8 @@ class Tuner:
                 continue
             why = next((w for k, v in hypothesis.changes if (w := frame_limit(self.frame_facts, k, v))), None)
             if why is None and self.script is not None:
-                why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v))), None)
+                kind = (self.frame_facts.get("device") or {}).get("kind")
+                why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v, kind))), None)
             if why:
                 skipped.append((hypothesis.change, why))
             else:
@@ -289,11 +290,12 @@ class Tuner:
 
     def _cannot_apply_here(self, hypothesis: Hypothesis, result: dict[str, Any]) -> None:
         """A crash that no incumbent can fix (the device, the install) becomes a limit the ranking honours."""
-        from .reasoner.cannot_apply import fixed_reason
+        from .reasoner.cannot_apply import blamed, fixed_reason
 
         why = fixed_reason(result.get("reason"), result.get("stderr_tail")) if result["state"] == "crash" else None
-        if why and len(hypothesis.changes) == 1:
-            knob, value = hypothesis.changes[0]
+        culprit = blamed(why, hypothesis.changes) if why else None
+        if culprit is not None:
+            knob, value = culprit
             self.frame_facts.setdefault("limits", []).append(
                 {"knob": knob, "value": value, "reason": f"cannot apply here: {why}"})
 

@@ -29,3 +29,14 @@ def fixed_reason(reason: str | None, stderr: str | None = None) -> str | None:
             if _FIXED.search(line):
                 return line.strip()[:300]
     return None
+
+
+def blamed(reason: str, changes: tuple | list) -> tuple[str, object] | None:
+    """Which one change of a hypothesis a machine-or-install crash is about: the only change, or, in a
+    combination, the one whose value the reason names (`bf16` in "doesn't support bf16"). None where
+    the reason names none of them: the combination's other changes stay untried, not refused."""
+    if len(changes) == 1:
+        return tuple(changes[0])
+    named = [(knob, value) for knob, value in changes
+             if isinstance(value, str) and re.search(rf"\b{re.escape(value)}\b", reason, re.IGNORECASE)]
+    return named[0] if len(named) == 1 else None

@@ -218,7 +218,8 @@ class ScriptAdapter:
         return ("padding_free" if free is not None and _as_bool(free.value) else base or "longest"), values
 
     # -- what can be tried ---------------------------------------------------------------------------
-    def why_not(self, knob: str, value: Any) -> str | None:
+    def why_not(self, knob: str, value: Any, device_kind: str | None = None) -> str | None:
+        """Why the script cannot say `knob=value`; `device_kind`: where the trials run ("cpu", "cuda")."""
         if knob not in self.tryable:
             return f"the script has no setting for {knob}"
         allowed = self.tryable[knob]
@@ -226,6 +227,11 @@ class ScriptAdapter:
             return f"the script's settings cannot say {knob}={value}"
         if knob == "precision" and not self._can_say(value):
             return f"the script has no setting that says precision {value}"
+        use_cpu = self.discovery.get("use_cpu")
+        if (knob == "precision" and value in ("bf16", "fp16") and device_kind == "cpu" and use_cpu is not None
+                and _as_bool(use_cpu.value) is False):
+            return (f"transformers refuses {value} on a CPU unless use_cpu is set ({use_cpu.where} = "
+                    f"{use_cpu.value!r}); pass --use_cpu true in script_args to let it be tried")
         if knob == "padding" and value == "padding_free" and self._trl_holds_max_length():
             return ("TRL (>= 1.0) refuses padding_free without packing while max_length is set, and max_length "
                     "is the length you set (held)")

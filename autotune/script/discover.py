@@ -44,6 +44,8 @@ ALIASES: dict[str, str] = {
     "train_sampling_strategy": "group_by_length",
     **dict.fromkeys(("padding", "pad_to"), "padding"),
     "pad_to_max_length": "pad_to_max_length",
+    # Read, never tried: transformers refuses bf16/fp16 on a CPU unless it is set (script/adapter.py).
+    "use_cpu": "use_cpu",
     "group_by_length": "group_by_length",
     **dict.fromkeys(("optim", "optimizer", "optimizer_name"), "optim"),
     **dict.fromkeys(("max_len", "max_length", "max_seq_length", "max_seq_len", "seq_len", "seq_length",

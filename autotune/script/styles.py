@@ -19,6 +19,9 @@ _SIMPLE = (bool, int, float, str)
 _BOOLS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 # Weights dtypes (ModelConfig.dtype), not the autocast precision the trainer's bf16/fp16 flags set.
 _NOT_PRECISION = ("dtype", "torch_dtype")
+# Roles whose value is a count: a flag's digits are that number whatever the field's default says
+# (SFTConfig's pad_to_multiple_of defaults to "auto" and its __post_init__ makes "512" the int 512).
+_COUNTS = ("micro_batch", "accumulation", "max_len", "pad_to_multiple_of", "dataloader_num_workers")
 
 
 def _typed(text: Any, like: Any, literal: bool) -> Any:
@@ -109,6 +112,8 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
             value: Any = action == "store_true"
         else:
             value = _typed(text, match.value if match is not None else None, action == "literal")
+            if role in _COUNTS and isinstance(value, str) and value.isdigit():
+                value = int(value)
         flag = match.path[0] if match is not None and match.source == "argv" else option
         given.append(Setting(role, value, "argv", (flag, action), "flag"))
         if match is not None:

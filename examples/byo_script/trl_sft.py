@@ -4,7 +4,7 @@ A tiny Qwen2-architecture model built from a config (random weights) on syntheti
 runs on a CPU. Run it either way TRL's scripts are run:
     python examples/byo_script/trl_sft.py --config examples/byo_script/trl_sft.yaml
     python examples/byo_script/trl_sft.py --output_dir /tmp/out --per_device_train_batch_size 1 \
-        --gradient_accumulation_steps 8 --max_length 256 --use_cpu true
+        --gradient_accumulation_steps 8 --max_length 512 --pad_to_multiple_of 512 --use_cpu true
 Keys absent from the file or the flags take SFTConfig's own defaults (bf16 on where fp16 is off,
 activation checkpointing on). Tune it without touching it:
     autotune tune sft script=examples/byo_script/trl_sft.py script_args='--config examples/byo_script/trl_sft.yaml' smoke

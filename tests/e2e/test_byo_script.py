@@ -33,14 +33,29 @@ def records(cwd: Path, run: str) -> list[dict]:
     return [json.loads(line) for line in (cwd / "runs" / run / "experiments.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("run, words", [
-    ("trainer", ["script=examples/byo_script/trainer_yaml.py", "script_configs=examples/byo_script/train.yaml"]),
-    ("loop", ["script=examples/byo_script/plain_loop.py", "script_args=--batch_size 1 --grad_accum 8"]),
-    # HfArgumentParser with one JSON file, as run_clm.py's README runs it. (TrlParser's example keeps
-    # x1.26-1.46 on this CPU, too close to the 1.3 bar for CI; its discovery and edits: tests/script.)
-    ("clm", ["script=examples/byo_script/hf_clm.py", "script_args=examples/byo_script/hf_clm.json"]),
+TRL_FLAGS = ("--output_dir out --per_device_train_batch_size 1 --gradient_accumulation_steps 8 --max_length 512 "
+             "--pad_to_multiple_of 512 --use_cpu true --max_steps 400 --report_to none --save_strategy no")
+HF_FLAGS = ("--output_dir out --per_device_train_batch_size 1 --gradient_accumulation_steps 8 --gradient_checkpointing "
+            "--max_steps 400 --report_to none --save_strategy no")
+
+
+@pytest.mark.parametrize("run, words, read", [
+    ("trainer", ["script=examples/byo_script/trainer_yaml.py", "script_configs=examples/byo_script/train.yaml"],
+     "examples/byo_script/train.yaml:training.per_device_train_batch_size = 1 -> micro_batch"),
+    ("loop", ["script=examples/byo_script/plain_loop.py", "script_args=--batch_size 1 --grad_accum 8"],
+     "--batch_size (your flag) = 1 -> micro_batch"),
+    # HfArgumentParser with one JSON file, as run_clm.py's README runs it, and with flags.
+    ("clm", ["script=examples/byo_script/hf_clm.py", "script_args=examples/byo_script/hf_clm.json"],
+     "examples/byo_script/hf_clm.json:per_device_train_batch_size = 1 -> micro_batch"),
+    ("clmflags", ["script=examples/byo_script/hf_clm.py", f"script_args={HF_FLAGS}"],
+     "--pad_to_max_length (default) = True -> pad_to_max_length"),
+    # TrlParser with --config, as TRL's sft.py README runs it, and with flags; the rest SFTConfig's defaults.
+    ("sft", ["script=examples/byo_script/trl_sft.py", "script_args=--config examples/byo_script/trl_sft.yaml"],
+     "examples/byo_script/trl_sft.yaml:bf16 (default) = True -> bf16"),
+    ("sftflags", ["script=examples/byo_script/trl_sft.py", f"script_args={TRL_FLAGS}"],
+     "--pad_to_multiple_of (your flag) = 512 -> pad_to_multiple_of"),
 ])
-def test_an_example_script_is_tuned_without_touching_its_files(tmp_path, run, words):
+def test_an_example_script_is_tuned_without_touching_its_files(tmp_path, run, words, read):
     shutil.copytree(EXAMPLES, tmp_path / "examples" / "byo_script")
     before = hashes(tmp_path / "examples")
     done = autotune(tmp_path, run, *words, "smoke", "max_trials=1")
@@ -56,7 +71,8 @@ def test_an_example_script_is_tuned_without_touching_its_files(tmp_path, run, wo
     best = json.loads((tmp_path / "runs" / run / "best_config.json").read_text())
     assert best["command"].startswith("python ") and best["knobs"] == kept[-1]["knobs"]
     report = (tmp_path / "runs" / run / "report.md").read_text()
-    assert "## Your script" in report and "-> micro_batch" in report
+    assert "## Your script" in report and read in report
+    assert all(t["state"] != "invalid" for t in trials), [(t["change"], t["reason"]) for t in trials]
 
 
 CRASHING = textwrap.dedent('''

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.reasoner.cannot_apply import fixed_reason
+from autotune.reasoner.cannot_apply import blamed, fixed_reason
 from autotune.tuner import frame_limit
 
 
@@ -32,3 +32,11 @@ def test_the_limit_it_becomes_is_what_the_ranking_checks():
     frame = {"limits": [{"knob": "precision", "value": "bf16", "reason": f"cannot apply here: {why}"}]}
     assert frame_limit(frame, "precision", "bf16").startswith("cannot apply here: ValueError: Your setup")
     assert frame_limit(frame, "precision", "fp16") is None
+
+
+def test_a_combination_that_crashes_on_the_machine_blames_the_change_the_reason_names():
+    why = fixed_reason("ValueError: Your setup doesn't support bf16/gpu. You need to assign use_cpu")
+    assert blamed(why, [("padding", "longest"), ("precision", "bf16")]) == ("precision", "bf16")
+    assert blamed(why, [("precision", "bf16")]) == ("precision", "bf16")
+    # A reason that names none of the changes (or two of them) refuses none: each stays to be tried alone.
+    assert blamed("No module named 'liger_kernel'", [("padding", "longest"), ("precision", "bf16")]) is None

@@ -106,6 +106,28 @@ def test_trl_parser_with_flags(project):
     assert flags == ["--activation_checkpointing", "false"]
 
 
+def test_trl_parser_flag_padding_to_max_length_is_read_and_the_baseline_runs_as_given(project):
+    # SFTConfig's pad_to_multiple_of defaults to "auto" (a string); the flag's digits are the int TRL
+    # makes of them, so padding to max_length is the baseline and the baseline edits nothing.
+    found = adapter("trl_sft.py", "--output_dir out --per_device_train_batch_size 1 --gradient_accumulation_steps 8 "
+                                  "--max_length 512 --pad_to_multiple_of 512 --use_cpu true")
+    assert found.start.padding == "max_length" and found.max_len == 512
+    assert "--pad_to_multiple_of (your flag) = 512 -> pad_to_multiple_of" in lines(found)
+    assert found.edits(found.start) == ({}, [])
+    _, flags = found.edits(found.start.with_change("padding", "longest"))
+    assert flags == ["--pad_to_multiple_of", "None"]
+
+
+def test_bf16_is_not_tried_on_a_cpu_where_the_trainer_would_refuse_it(project):
+    # HF TrainingArguments stops on bf16 on a CPU unless use_cpu is set: said before any trial runs.
+    found = adapter("hf_clm.py", "--output_dir out --per_device_train_batch_size 1 --gradient_accumulation_steps 8")
+    assert "use_cpu" in found.why_not("precision", "bf16", "cpu")
+    assert found.why_not("precision", "bf16", "cuda") is None
+    allowed = adapter("hf_clm.py", "--output_dir out --per_device_train_batch_size 1 --gradient_accumulation_steps 8 "
+                                   "--use_cpu true")
+    assert allowed.why_not("precision", "bf16", "cpu") is None
+
+
 def test_argparse_script_run_with_flags_only(project):
     found = adapter("plain_loop.py", "--batch_size 2 --grad_accum 4 --padding=longest")
     assert found.discovery.style == "argparse"
