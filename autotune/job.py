@@ -75,6 +75,7 @@ class Job:
     mlp_depth: int = 0
     mlp_rows: int = 0
     allow_image_resize: bool = False
+    allow_numerics_change: bool = False
     realize: bool = True
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
@@ -184,6 +185,7 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
               method=pairs.get("method", "sft"),
               weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
               allow_image_resize=_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
+              allow_numerics_change=_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
               realize=_flag("realize", pairs.get("realize", "true")), start=_start_knobs(pairs, effective_batch))
     return job, modes
 

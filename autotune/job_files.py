@@ -61,7 +61,10 @@ def read_job_file(value: str) -> tuple[dict[str, str], list[str]]:
     accepted = [k for k in JOB_KEYS if k != "config"] + list(CATALOG) + [ACCUMULATION] + list(FILE_MODES)
     for key, raw in data.items():
         if key not in accepted:
-            raise JobError(f"{label}: unknown key '{key}'; accepted keys: {', '.join(accepted)}")
+            # The knobs are many: named by `autotune tune --help`, so the line stays one readable line.
+            keys = [k for k in accepted if k not in CATALOG]
+            raise JobError(f"{label}: unknown key '{key}'; accepted keys: {', '.join(keys)}, and any knob "
+                           "(autotune tune --help lists them)")
         text = _scalar(label, key, raw)
         if key in FILE_MODES:
             if text not in ("true", "false"):
@@ -156,10 +159,18 @@ def _knobs(data: Mapping[str, Any]) -> dict[str, Any]:
         if name in data:
             knobs["gradient_checkpointing"] = data[name]
             break
-    for name in ("torch_compile", "optim", "dataloader_num_workers", "dataloader_pin_memory"):
+    for name in ("torch_compile", "optim", "dataloader_num_workers", "dataloader_pin_memory", "use_liger_kernel",
+                 "activation_offloading", "dataloader_persistent_workers", "load_in_4bit"):
         if name in data:
             knobs[name] = data[name]
+    if data.get("torch_compile_mode"):
+        knobs["torch_compile_mode"] = data["torch_compile_mode"]
+    if data.get("dataloader_prefetch_factor"):
+        knobs["dataloader_prefetch_factor"] = data["dataloader_prefetch_factor"]
     init = data.get("model_init_kwargs") if isinstance(data.get("model_init_kwargs"), dict) else {}
+    dtype = init.get("dtype") or data.get("dtype")
+    if dtype in ("float32", "bfloat16") and not data.get("load_in_4bit"):
+        knobs["dtype"] = dtype
     attention = init.get("attn_implementation") or data.get("attn_implementation")
     if attention:
         knobs["attn_implementation"] = attention
@@ -225,7 +236,7 @@ def job_mapping(job: Any) -> dict[str, Any]:
     out.update(max_len=job.max_len, effective_batch=job.effective_batch)
     if not script and job.model != MLP_MODEL:
         out.update(method=job.method, weights=job.weights, allow_image_resize=job.allow_image_resize,
-                   realize=job.realize)
+                   allow_numerics_change=job.allow_numerics_change, realize=job.realize)
     if job.model == MLP_MODEL:
         out.update(mlp_width=job.mlp_width, mlp_depth=job.mlp_depth, mlp_rows=job.mlp_rows)
     out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin)

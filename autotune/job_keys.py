@@ -47,6 +47,9 @@ JOB_KEYS = {
                     "(where autotune does not recognise them)",
     "allow_image_resize": "true to let autotune try image resolution limits on a VLM (max_image_pixels; they "
                           "change what is trained, so never by default); default false",
+    "allow_numerics_change": "true to let autotune try settings that change the numbers beyond precision noise "
+                             "(8-bit AdamW states, fp8 matmuls, a 4-bit LoRA base), each held to a looser "
+                             "parity tolerance the report states; default false",
     "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
                "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
                "default true)",

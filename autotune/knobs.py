@@ -16,9 +16,13 @@ from .errors import JobError
 from .inputs import check_digits
 
 PADDING_MODES = ("max_length", "longest", "padding_free")
-ATTENTION = ("eager", "sdpa", "flash_attention_2")
+ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
 PRECISIONS = ("fp32", "bf16", "fp16", "tf32")
-OPTIMIZERS = ("adamw_torch", "adamw_torch_fused")
+# The two bitsandbytes ones keep Adam's moments in 8 bits: they change the numbers (opt-in, see NUMERICS).
+OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "paged_adamw_8bit")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+# The frozen base of a LoRA job as loaded (`from_pretrained(dtype=...)`).
+BASE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,55 @@ CATALOG: dict[str, Knob] = {k.name: k for k in (
               "tried only with allow_image_resize=true"),
     Knob("freeze_vision_tower", "bool", affects_memory=True, vision=True,
          help="VLMs: run the vision tower without autograd (only where the method trains nothing in it)"),
+    Knob("chunked_cross_entropy", "bool", affects_memory=True,
+         help="the loss from the hidden states, chunk by chunk: the [rows, seq, vocab] logits never exist "
+              "(autotune's own loop; trl.SFTTrainer's fused LM head always does this)"),
+    Knob("use_liger_kernel", "bool", affects_memory=True,
+         help="liger-kernel's fused RMSNorm, RoPE and SwiGLU (CUDA, pip install liger-kernel)"),
+    Knob("activation_offloading", "bool", affects_memory=True,
+         help="TRL: keep activations in host memory until backward (CUDA)"),
+    Knob("expandable_segments", "bool", affects_memory=True,
+         help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the trial's environment (less fragmentation)"),
+    Knob("torch_compile_mode", "choice", COMPILE_MODES, affects_memory=True,
+         help="torch.compile's mode, with torch_compile on; compile time stays in the warm-up, out of the timing"),
+    Knob("dtype", "choice", BASE_DTYPES, affects_memory=True,
+         help="LoRA: the frozen base's weights as loaded (bfloat16 halves them; no master weights to keep)"),
+    Knob("load_in_4bit", "bool", affects_memory=True,
+         help="LoRA: a 4-bit NF4 base (QLoRA, bitsandbytes); changes the numbers, tried only with "
+              "allow_numerics_change=true"),
+    Knob("float8_training", "bool", affects_memory=True,
+         help="torchao float8 matmuls in the linear layers (compute capability >= 8.9); changes the numbers, "
+              "tried only with allow_numerics_change=true"),
+    Knob("dataloader_persistent_workers", "bool", help="loader workers live across epochs (with workers)"),
+    Knob("dataloader_prefetch_factor", "int",
+         help="batches each loader worker prepares ahead (0: the loader's default; with workers)"),
 )}
+
+# Settings that change what is trained beyond precision noise: tried only with allow_numerics_change=true,
+# and their parity is held to this tolerance (relative, per-row loss), with the reason the report gives.
+NUMERICS: dict[tuple[str, Any], tuple[float, str]] = {
+    ("optim", "adamw_bnb_8bit"): (3e-2, "8-bit block-wise Adam states (about 1% relative error per state, "
+                                  "Dettmers et al. 2022) reach the losses only through the first update"),
+    ("optim", "paged_adamw_8bit"): (3e-2, "8-bit block-wise Adam states, paged (the same numbers as adamw_bnb_8bit)"),
+    ("float8_training", True): (6e-2, "e4m3 inputs carry 3 mantissa bits (bf16 carries 7): about twice bf16's "
+                                "3e-2 on per-row losses, as torchao reports loss curves within bf16's noise"),
+    ("load_in_4bit", True): (1e-1, "NF4 weights move every logit (QLoRA keeps the quality after training, "
+                             "not the step-one losses): a loose 1e-1 only catches a broken load"),
+}
+
+
+def numerics_changes(knobs: "Knobs") -> list[tuple[str, Any]]:
+    """The settings of `knobs` that change the numbers (see NUMERICS)."""
+    return [(name, value) for name, value in knobs.to_dict().items() if (name, value) in NUMERICS]
+
+
+def numerics_limits(allowed: bool) -> list[dict[str, Any]]:
+    """The frame limits that keep numerics-changing settings untried unless the user allowed them."""
+    if allowed:
+        return []
+    return [{"knob": name, "value": value, "silent": False,
+             "reason": "changes the numbers beyond precision noise; allow it with allow_numerics_change=true"}
+            for name, value in NUMERICS]
 
 # The config many people start with: pad to max length, micro-batch 1, fp32, eager attention.
 NAIVE_START: dict[str, Any] = {
@@ -66,6 +118,9 @@ NAIVE_START: dict[str, Any] = {
     "attn_implementation": "eager", "precision": "fp32", "gradient_checkpointing": False,
     "torch_compile": False, "dataloader_num_workers": 0, "dataloader_pin_memory": False,
     "optim": "adamw_torch", "max_image_pixels": 0, "freeze_vision_tower": False,
+    "chunked_cross_entropy": False, "use_liger_kernel": False, "activation_offloading": False,
+    "expandable_segments": False, "torch_compile_mode": "default", "dtype": "float32", "load_in_4bit": False,
+    "float8_training": False, "dataloader_persistent_workers": False, "dataloader_prefetch_factor": 0,
 }
 
 
@@ -85,6 +140,17 @@ class Knobs:
     optim: str = "adamw_torch"
     max_image_pixels: int = 0
     freeze_vision_tower: bool = False
+    # Records written before these knobs existed load with them off (the defaults).
+    chunked_cross_entropy: bool = False
+    use_liger_kernel: bool = False
+    activation_offloading: bool = False
+    expandable_segments: bool = False
+    torch_compile_mode: str = "default"
+    dtype: str = "float32"
+    load_in_4bit: bool = False
+    float8_training: bool = False
+    dataloader_persistent_workers: bool = False
+    dataloader_prefetch_factor: int = 0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -157,15 +223,22 @@ def not_applicable(name: str, value: Any, knobs: Knobs, device: dict, effective_
             return "fp16 mixed precision needs a CUDA device (loss scaling)"
         if value == "tf32" and not device.get("tf32"):
             return "tf32 needs an NVIDIA GPU of compute capability 8.0 or newer"
-        if knobs.attn_implementation == "flash_attention_2" and value in ("fp32", "tf32"):
-            return "flash_attention_2 runs only in bf16 or fp16"
-    if name == "attn_implementation" and value == "flash_attention_2":
+        if knobs.attn_implementation.startswith("flash_attention") and value in ("fp32", "tf32"):
+            return f"{knobs.attn_implementation} runs only in bf16 or fp16"
+        half_only = [n for n in ("dtype", "load_in_4bit", "float8_training")
+                     if getattr(knobs, n) not in ("float32", False)]
+        if value != "bf16" and half_only:
+            return f"{half_only[0]} computes in bf16: precision stays bf16 with it"
+    if name == "attn_implementation" and value in ("flash_attention_2", "flash_attention_3"):
         if not cuda:
-            return "flash_attention_2 needs a CUDA device"
-        if not device.get("flash_attn"):
-            return "the flash_attn package is not installed"
+            return f"{value} needs a CUDA device"
+        if value == "flash_attention_3" and not str(device.get("capability", "")).startswith("9."):
+            return "FlashAttention-3 runs on Hopper GPUs (compute capability 9.0) only"
+        if not device.get("flash_attn" if value == "flash_attention_2" else "flash_attn_3"):
+            return ("the flash_attn package is not installed" if value == "flash_attention_2" else
+                    "the flash_attn_interface package (FlashAttention-3, flash-attention's hopper/ build) is not installed")
         if knobs.precision not in ("bf16", "fp16"):
-            return "flash_attention_2 runs only in bf16 or fp16; try it once precision is bf16"
+            return f"{value} runs only in bf16 or fp16; try it once precision is bf16"
     if name == "group_by_length" and value and knobs.padding != "longest":
         return f"group_by_length only changes padding with padding=longest (now {knobs.padding})"
     if name == "dataloader_pin_memory" and value and not cuda:
@@ -176,4 +249,58 @@ def not_applicable(name: str, value: Any, knobs: Knobs, device: dict, effective_
         return device.get("compile_reason") or "torch.compile is not available here"
     if name == "optim" and value == "adamw_torch_fused" and not device.get("fused_adamw", True):
         return "fused AdamW is not supported on this device by this torch"
+    return _new_knob_limit(name, value, knobs, device, cuda)
+
+
+# The package each optional kernel comes from, as `pip install` names it (all in the [gpu] extra).
+PACKAGES = {"liger": "liger-kernel", "bitsandbytes": "bitsandbytes", "torchao": "torchao"}
+
+
+def _missing(device: dict, fact: str) -> str | None:
+    if device.get(fact):
+        return None
+    return f"the {PACKAGES[fact]} package is not installed (pip install {PACKAGES[fact]}, or pip install -e \".[gpu]\")"
+
+
+def _new_knob_limit(name: str, value: Any, knobs: Knobs, device: dict, cuda: bool) -> str | None:
+    """Fused kernels, memory placement, compile modes, 8-bit optimizers, the LoRA base, fp8, the loader."""
+    if value in (False, "default", "float32", 0) or name in ("chunked_cross_entropy",):
+        return None  # off is always possible; the chunked loss is plain PyTorch (the frame limits it by runner)
+    if name == "optim" and value in ("adamw_bnb_8bit", "paged_adamw_8bit"):
+        return "bitsandbytes' 8-bit optimizers need a CUDA device" if not cuda else _missing(device, "bitsandbytes")
+    if name == "use_liger_kernel":
+        return "liger-kernel's kernels are Triton kernels: CUDA only" if not cuda else _missing(device, "liger")
+    if name == "activation_offloading" and not cuda:
+        return "activation offloading moves activations off a CUDA device; on the CPU they are in host memory already"
+    if name == "expandable_segments" and not cuda:
+        return "expandable segments are a setting of PyTorch's CUDA allocator"
+    if name == "torch_compile_mode":
+        if not knobs.torch_compile:
+            return "torch_compile_mode only matters with torch_compile=true"
+        if value == "reduce-overhead" and not cuda:
+            return "reduce-overhead captures CUDA graphs: CUDA only"
+    if name in ("dtype", "load_in_4bit", "float8_training") and knobs.precision != "bf16":
+        return f"{name} computes in bf16; try it once precision is bf16"
+    if name == "load_in_4bit":
+        return "bitsandbytes' 4-bit weights need a CUDA device" if not cuda else _missing(device, "bitsandbytes")
+    if name == "float8_training":
+        if not cuda:
+            return "float8 matmuls need a CUDA device"
+        major, _, minor = str(device.get("capability", "0.0")).partition(".")
+        if (int(major or 0), int(minor or 0)) < (8, 9):
+            return "float8 matmuls need compute capability 8.9 or newer (Ada, Hopper)"
+        return _missing(device, "torchao")
+    if name in ("dataloader_persistent_workers", "dataloader_prefetch_factor") and not knobs.dataloader_num_workers:
+        return f"{name} only matters with loader workers (dataloader_num_workers > 0)"
     return None
+
+
+def job_limits(method: str, numerics_allowed: bool) -> list[dict[str, Any]]:
+    """Frame limits that follow from the job rather than the device: what only a LoRA base can change,
+    and the numerics-changing settings the user did not allow."""
+    limits = numerics_limits(numerics_allowed)
+    if method != "lora":
+        limits += [{"knob": name, "silent": False, "reason": "a full fine-tune trains these weights: they keep fp32 "
+                    "master weights (only a LoRA job's frozen base can load in bf16 or 4 bits)"}
+                   for name in ("dtype", "load_in_4bit")]
+    return limits

@@ -18,8 +18,8 @@ from typing import Any
 
 from .errors import JobError
 from .inputs import PATH_KEYS, check_digits, check_path, check_word, read_json, shown
-from .kb.features import GPU_MEMORY_GB, NO_BF16, gpu_key, knob_features
-from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
+from .kb.features import GPU_MEMORY_GB, NO_BF16, gpu_key, knob_features, logits_gb
+from .knobs import CATALOG, NAIVE_START, Knobs, job_limits, not_applicable, parse_knob_value
 from .presets import PRESETS
 
 SUGGEST_KEYS = {
@@ -38,6 +38,9 @@ _SIZE = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)\s*([bBmM])(?![a-zA-Z])")
 # Transformer shape from a parameter count: N ~ 12 L h^2 with h ~ 128 L (Llama and Qwen families).
 _ASPECT = 128
 _VOCAB = 128_000
+# Compute capability of common cards (FlashAttention-3 needs 9.0, fp8 matmuls 8.9).
+CAPABILITY = ((("h100", "h200", "h800"), "9.0"), (("4090", "l4", "l40", "l40s"), "8.9"),
+              (("3090", "a10", "a5000", "a6000"), "8.6"), (("a100",), "8.0"), (("b200",), "10.0"))
 
 
 def add_parser(commands: Any) -> None:
@@ -135,23 +138,33 @@ def model_shape(model: str) -> dict[str, Any]:
 def estimate_headroom(shape: dict[str, Any], max_len: int, gpu_mem_gb: float, method: str, knobs: Knobs) -> float:
     """Share of the card left free by a worst-case micro-batch (every row at max_len) of `knobs`.
 
-    Full fine-tune: fp32 weights, gradients and Adam moments (16 bytes a parameter). LoRA: frozen
-    weights at 2 bytes (4 in fp32) plus little. Activations: 34 bytes per token, layer and hidden unit in
-    half precision (Korthikanti et al. 2022), twice that in fp32, plus the eager attention scores;
-    checkpointing keeps one layer's. Logits and their gradient in fp32."""
+    Full fine-tune: fp32 weights, gradients and Adam moments (16 bytes a parameter; 8-bit moments: 10).
+    LoRA: the frozen base as loaded (4 bytes in fp32, 2 in bf16, half a byte in 4 bits) plus little.
+    Activations: 34 bytes per token, layer and hidden unit in half precision (Korthikanti et al. 2022),
+    twice that in fp32, plus the eager attention scores; checkpointing keeps one layer's, offloading
+    about none. Logits and their gradient in fp32, unless the loss never holds them (the chunked loss
+    or TRL's fused LM head)."""
+    return round(1 - memory_bytes(shape, max_len, method, knobs) / (gpu_mem_gb * 1e9), 4)
+
+
+def memory_bytes(shape: dict[str, Any], max_len: int, method: str, knobs: Knobs) -> float:
+    """The estimate behind `estimate_headroom`, in bytes."""
     params, layers, hidden = shape["params"], shape["layers"], shape["hidden"]
     half = knobs.precision in ("bf16", "fp16")
     if method == "lora":
-        state = params * (2 if half else 4) + 0.01 * params * 16
+        base = 0.5 if knobs.load_in_4bit else (2 if knobs.dtype == "bfloat16" else 4)
+        state = params * base + 0.01 * params * 16
     else:
-        state = params * 16
+        state = params * (10 if "8bit" in knobs.optim else 16)
     element = 34 if half else 68
     per_layer = max_len * hidden * element
     if knobs.attn_implementation == "eager":
         per_layer += 5 * shape["heads"] * max_len**2 * (2 if half else 4)
     kept_layers = 1 + math.sqrt(layers) if knobs.gradient_checkpointing else layers
-    activations = knobs.per_device_train_batch_size * (kept_layers * per_layer + max_len * shape["vocab"] * 8)
-    return round(1 - (state + activations) / (gpu_mem_gb * 1e9), 4)
+    if knobs.activation_offloading:
+        kept_layers = 1
+    logits = 0 if knobs.chunked_cross_entropy else max_len * shape["vocab"] * 8
+    return state + knobs.per_device_train_batch_size * (kept_layers * per_layer + logits)
 
 
 def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[str, Any], list[str], str]:
@@ -210,14 +223,59 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
             features[key] = _number(key, pairs[key], 0.0, high)
         else:
             notes.append(f"{key} unknown: advice that depends on it is not given (add {key}=...)")
+    features["logits_gb"] = logits_gb(shape["vocab"], max_len)
     if "gpu_mem_gb" in features:
-        features["headroom"] = max(0.0, estimate_headroom(shape, max_len, features["gpu_mem_gb"], method, knobs))
+        raw = estimate_headroom(shape, max_len, features["gpu_mem_gb"], method, knobs)
+        features["headroom"] = max(0.0, raw)
         notes.append(f"headroom {features['headroom']:.2f} is an estimate from the model's size (no device measured)")
+        if raw <= 0:
+            notes.append(f"the start config does not fit: an estimated {1 - raw:.1f}x the card's memory; what "
+                         "makes it fit is ranked first")
     features.update(knob_features(knobs))
+    capability = next((cc for cards, cc in CAPABILITY if known in cards), "") if known else ""
+    # A card with the [gpu] extra installed; FlashAttention-3 and fp8 where its compute capability has them.
     device = {"kind": "cuda", "bf16": features["bf16_supported"], "tf32": features["bf16_supported"],
-              "flash_attn": True, "compile": True, "fused_adamw": True, "cpu_count": 8,
-              "memory_bytes": int(features.get("gpu_mem_gb", 0) * 1e9)}
+              "flash_attn": True, "flash_attn_3": capability.startswith("9."), "compile": True, "fused_adamw": True,
+              "cpu_count": 8, "memory_bytes": int(features.get("gpu_mem_gb", 0) * 1e9), "capability": capability,
+              "liger": True, "bitsandbytes": True, "torchao": True,
+              "shape": shape}
     return features, knobs, device, notes, pairs.get("kb", "")
+
+
+# Changes that lower the estimated memory, tried in this order to make a start config fit (the largest
+# savings for a long-row job first; each only where it applies on what came before).
+FIT_ORDER = (("precision", "bf16"), ("dtype", "bfloat16"), ("attn_implementation", "sdpa"),
+             ("chunked_cross_entropy", True), ("gradient_checkpointing", True), ("activation_offloading", True))
+
+
+def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape: dict[str, Any],
+                  features: dict[str, Any]) -> list[Any]:
+    """Where the estimate says the start config does not fit, what makes it fit goes first: the single
+    changes that fit alone (best scored first), else one combined change of the memory savers in
+    FIT_ORDER, added until the estimate fits; then the rest by how much memory each saves, then by score."""
+    from .reasoner.rank import Hypothesis
+
+    max_len, method, batch, gpu = features["max_len"], features["method"], features["effective_batch"], features["gpu_mem_gb"]
+    if estimate_headroom(shape, max_len, gpu, method, start) > 0:
+        return ready
+    after = {id(h): estimate_headroom(shape, max_len, gpu, method, h.apply(start)) for h in ready}
+    fitting = [h for h in ready if after[id(h)] > 0]
+    if not fitting:
+        changes, current = [], start
+        for knob, value in FIT_ORDER:
+            if getattr(current, knob) == value or not_applicable(knob, value, current, device, batch):
+                continue
+            changes.append((knob, value))
+            current = current.with_change(knob, value)
+            if estimate_headroom(shape, max_len, gpu, method, current) > 0:
+                break
+        if changes and estimate_headroom(shape, max_len, gpu, method, current) > 0:
+            (knob, value), *rest = changes
+            fitting = [Hypothesis(knob, value, "the start config does not fit (estimated); together these make it "
+                                  f"fit with headroom {estimate_headroom(shape, max_len, gpu, method, current):.2f}",
+                                  p_helps=1.0, expected_ratio=1.0, also=tuple(rest), source="fit")]
+    rest = sorted((h for h in ready if h not in fitting), key=lambda h: (-round(after[id(h)], 3), -h.score))
+    return fitting + rest
 
 
 def advise(words: list[str]) -> dict[str, Any]:
@@ -230,7 +288,17 @@ def advise(words: list[str]) -> dict[str, Any]:
     if folder.exists() and not folder.is_dir():
         raise JobError(f"kb={folder}: is a file, not a knowledge-base folder; give its folder")
     beliefs = Beliefs(Store(folder)) if folder.exists() else Beliefs()
+    shape = device.pop("shape")
     ready, skipped = rank(knobs, device, features["effective_batch"], set(), beliefs.claims(), features)
+    limits = job_limits(features["method"], numerics_allowed=False)
+    for hypothesis in list(ready):
+        why = next((limit["reason"] for limit in limits for name, value in hypothesis.changes
+                    if limit["knob"] == name and limit.get("value") in (None, value)), None)
+        if why:
+            ready.remove(hypothesis)
+            skipped.append((hypothesis.change, why))
+    if "gpu_mem_gb" in features:
+        ready = fitting_first(ready, knobs, device, shape, features)
     sources = {c.id: c.source for c in beliefs.claims()}
     return {"schema_version": 1, "features": features, "start": knobs.to_dict(), "notes": notes,
             "hypotheses": [{**h.to_dict(), "sources": sorted({sources[c] for c in h.claims if sources.get(c)})}

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from . import keep_rule
-from .knobs import CATALOG, Knobs
+from .knobs import CATALOG, NUMERICS, Knobs, numerics_changes
 from .outcome import Incumbent
 from .probes import parity, stats
 from .trial_spec import StepBudget
@@ -80,5 +80,12 @@ def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: I
     if any(CATALOG[name].changes_training for name in incumbent.knobs.diff(start)):
         kept = next(r for r in reversed(records) if r["trial"] == incumbent.trial)
         reference, precision = kept["measurements"][-1], incumbent.knobs.precision
-    return parity.compare(reference["parity_losses"], measurement["parity_losses"],
-                          parity.tolerance(precision, knobs.precision))
+    tolerance = parity.tolerance(precision, knobs.precision)
+    # A numerics-changing setting the user allowed is held to its own, looser tolerance, stated with its reason.
+    looser = [(NUMERICS[change], change) for change in numerics_changes(knobs)]
+    result = parity.compare(reference["parity_losses"], measurement["parity_losses"],
+                            max([tolerance] + [tol for (tol, _), _ in looser]))
+    if looser:
+        result["reason"] += "; " + "; ".join(f"{name}={value}: tolerance {tol:.0e}, as {why}"
+                                             for (tol, why), (name, value) in looser)
+    return result

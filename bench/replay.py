@@ -17,12 +17,19 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from autotune.knobs import Knobs
+from autotune.knobs import CATALOG, Knobs
 from autotune.reasoner import key
 
 
 class Table:
     def __init__(self, data: dict[str, Any], name: str = "") -> None:
+        # A knob added to the catalog after the table was recorded has no measurement in it: the frame
+        # limits it (silently), so a search replayed here never proposes it.
+        recorded = set(data["baseline"]["knobs"])
+        absent = [{"knob": name, "reason": "not in this recorded table", "silent": True}
+                  for name in CATALOG if name not in recorded]
+        if absent:
+            data = {**data, "frame": {**data["frame"], "limits": list(data["frame"].get("limits") or []) + absent}}
         self.data = data
         self.name = name or data["workload"]
         self.start = Knobs.from_dict(data["baseline"]["knobs"])

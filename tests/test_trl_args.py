@@ -66,7 +66,7 @@ def test_every_cpu_value_of_every_knob_runs_in_sft_trainer(knobs, tiny_model_and
     config, rows, auto = tiny_model_and_rows
     fields = knob_fields(knobs.to_dict(), MAX_LEN, EFFECTIVE_BATCH, cpu=True)
     args = trl.SFTConfig(output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no",
-                         logging_steps=1, dataloader_persistent_workers=False, **fields)
+                         logging_steps=1, **fields)
     # What was set is what the trainer holds (TRL defaults bf16 and checkpointing on).
     assert args.bf16 is (knobs.precision == "bf16") and args.per_device_train_batch_size == knobs.per_device_train_batch_size
     assert getattr(args, "activation_checkpointing", args.gradient_checkpointing) is knobs.gradient_checkpointing

@@ -24,7 +24,8 @@ GPU_MEMORY_GB = {"4090": 24, "3090": 24, "a10": 24, "l4": 24, "a5000": 24, "t4":
 NO_BF16 = ("t4", "v100", "p100", "2080", "1080")
 NUMERIC = ("params_m", "layers", "hidden", "vocab", "max_len", "effective_batch", "padding_share",
            "length_spread", "mean_len", "gpu_mem_gb", "data_wait_share", "optimizer_share", "headroom",
-           "micro_batch", "dataloader_num_workers", "image_token_share", "images_per_row")
+           "micro_batch", "dataloader_num_workers", "image_token_share", "images_per_row", "logits_gb",
+           "dataloader_prefetch_factor")
 # Features that identify a job for replay: what is trained and on which rows, not how.
 _JOB_IDENTITY = ("model", "dataset", "max_len", "effective_batch", "method", "weights", "seed", "mem_limit",
                  "mem_margin")
@@ -34,6 +35,11 @@ def gpu_key(label: str) -> str | None:
     lowered = label.lower()
     return next((k for k in sorted(GPU_MEMORY_GB, key=len, reverse=True) if re.search(rf"(^|[^a-z0-9]){k}", lowered)),
                 None)
+
+
+def logits_gb(vocab: int, max_len: int) -> float:
+    """One row's fp32 logits in GB: what the fused / chunked cross-entropy claims condition on."""
+    return round(vocab * max_len * 4 / 1e9, 3)
 
 
 def job_features(job: Any, frame: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -48,6 +54,8 @@ def job_features(job: Any, frame: dict[str, Any] | None = None) -> dict[str, Any
     for name in ("layers", "hidden", "vocab"):
         if model.get(name) is not None:
             features[name] = model[name]
+    if model.get("vocab"):
+        features["logits_gb"] = logits_gb(model["vocab"], job.max_len)
     if model.get("model_type"):
         # Conditions are words split on spaces: a family name must be one word.
         features["model_family"] = re.sub(r"\s+", "_", str(model["model_type"]))

@@ -53,6 +53,21 @@ def memory_total(device: str) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+def installed_kernels() -> dict[str, bool]:
+    """Which optional kernel packages are importable (the [gpu] extra); found, not imported: importing
+    bitsandbytes or liger on a machine without CUDA prints warnings or fails."""
+    import importlib.util
+
+    def found(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            return False
+
+    return {"liger": found("liger_kernel"), "bitsandbytes": found("bitsandbytes"),
+            "torchao": found("torchao.float8"), "flash_attn_3": found("flash_attn_interface")}
+
+
 def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[str, Any]:
     import torch
     import transformers
@@ -61,7 +76,7 @@ def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[
     facts: dict[str, Any] = {
         "kind": device, "cpu_count": os.cpu_count() or 1, "compile": compile_ok, "compile_reason": compile_reason,
         "fused_adamw": _fused_adamw_works(device), "torch": torch.__version__,
-        "transformers": transformers.__version__, "python": platform.python_version(),
+        "transformers": transformers.__version__, "python": platform.python_version(), **installed_kernels(),
     }
     if device == "cuda":  # CUDA-only
         props = torch.cuda.get_device_properties(0)

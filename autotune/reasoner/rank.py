@@ -32,10 +32,10 @@ from .combine import repaired, together
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     ("padding", ("padding_free", "longest")),
     ("per_device_train_batch_size", ()),  # neighbours of the incumbent's value
-    ("attn_implementation", ("sdpa", "flash_attention_2", "eager")),
+    ("attn_implementation", ("sdpa", "flash_attention_2", "flash_attention_3", "eager")),
     ("precision", ("bf16", "tf32", "fp16")),
     ("group_by_length", (True, False)),
-    ("optim", ("adamw_torch_fused", "adamw_torch")),
+    ("optim", ("adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit")),
     ("dataloader_num_workers", (2, 0)),
     ("dataloader_pin_memory", (True, False)),
     # Both ways: a user who starts with checkpointing or compile on should learn what they cost.
@@ -44,6 +44,17 @@ CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     # Image-text models only (features say so): a resolution cap where the user allowed one, and a vision tower run without autograd where nothing in it trains.
     ("max_image_pixels", (IMAGE_PIXEL_CAP, 0)),
     ("freeze_vision_tower", (True, False)),
+    # Added later, after the older knobs so their tie order stays; claims (kb/priors.json) rank them.
+    ("dtype", ("bfloat16", "float32")),
+    ("chunked_cross_entropy", (True, False)),
+    ("use_liger_kernel", (True, False)),
+    ("expandable_segments", (True, False)),
+    ("activation_offloading", (True, False)),
+    ("torch_compile_mode", ("max-autotune", "reduce-overhead", "default")),
+    ("dataloader_persistent_workers", (True, False)),
+    ("dataloader_prefetch_factor", (4, 0)),
+    ("float8_training", (True, False)),
+    ("load_in_4bit", (True, False)),
 )
 
 
@@ -164,7 +175,7 @@ def _weight(claim: Claim) -> float:
 
 
 def _cost(knob: str, p_helps: float) -> float:
-    return 1 + 3 * p_helps + (COMPILE_COST if knob == "torch_compile" else 0.0)
+    return 1 + 3 * p_helps + (COMPILE_COST if knob in ("torch_compile", "torch_compile_mode") else 0.0)
 
 
 def _combine(claims: list[Claim], against: list[Claim] = ()) -> tuple[float, float, float]:

@@ -36,7 +36,7 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
         facts = frame_vlm(spec, job, config, model, needed, VLM_FRAME_SAMPLE_ROWS)
         return {"frame": {"device": device_facts(device, spec.get("peak_cache")),
                           "model": {**model_facts(model, config), "source": source}, "data": facts["data"],
-                          "limits": facts["limits"]}}
+                          "limits": facts["limits"] + loop_limits(job, config)}}
     if job["dataset"] == "synthetic":
         vocab = config.vocab_size
         sample = synthetic_rows(max(needed, FRAME_SAMPLE_ROWS), job["max_len"], vocab, job.get("seed", 0))
@@ -53,7 +53,32 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
     return {"frame": {"device": device_facts(device, spec.get("peak_cache")), "model": {**model_facts(model, config), "source": source},
                       "data": {**length_facts(sample, job["max_len"]), "rows_available": len(sample),
                                "dataset": job["dataset"]},
-                      "limits": text_limits()}}
+                      "limits": text_limits() + sft_limits(job)}}
+
+
+def sft_limits(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """What a text trial inside trl.SFTTrainer cannot be asked to change, and the job's own limits."""
+    from ..knobs import job_limits
+
+    return [{"knob": "chunked_cross_entropy", "value": True, "silent": False,
+             "reason": "trl.SFTTrainer computes the loss chunk by chunk already (its fused LM head): the full "
+                       "logits never exist there"}] + job_limits(job.get("method", "sft"),
+                                                                 bool(job.get("allow_numerics_change")))
+
+
+def loop_limits(job: dict[str, Any], config: Any) -> list[dict[str, Any]]:
+    """What autotune's own loop (image-text models) does not do, and the job's own limits."""
+    from ..knobs import job_limits
+
+    limits = [{"knob": name, "value": True, "silent": False, "reason": f"{why}: autotune's own loop (image-text "
+               "models) trains without trl.SFTTrainer"} for name, why in
+              (("use_liger_kernel", "liger-kernel is applied by trl.SFTTrainer"),
+               ("activation_offloading", "activation offloading is TRL's"))]
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "final_logit_softcapping", None) or getattr(text, "logit_scale", None):
+        limits.append({"knob": "chunked_cross_entropy", "value": True, "silent": False,
+                       "reason": "this model scales or soft-caps its logits, which the chunked loss does not"})
+    return limits + job_limits(job.get("method", "sft"), bool(job.get("allow_numerics_change")))
 
 
 def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dict[str, Any],
@@ -103,6 +128,12 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from .train import Engine, accepted, measurement_of, run_steps
     from .vision_frame import vision_rows
 
+    import os
+
+    from ..trl_args import environment
+
+    # The config's allocator settings, before anything starts CUDA in this child.
+    os.environ.update(environment(spec["knobs"]))
     job, knobs, device = dict(spec["job"]), spec["knobs"], common.setup_device(spec)
     common.inject_early_fault(spec.get("inject_fault"))
     stored = read_rows(Path(spec["rows_path"]))
@@ -168,7 +199,10 @@ def _text_trial(spec: dict[str, Any], job: dict[str, Any], knobs: dict[str, Any]
                                     knobs["gradient_checkpointing"])
     peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
     measurement = measurement_of(device, log, window_flops, peak_flops, peak, sampler.summary(), ceiling)
-    measurement["env"].update(trainer=f"trl.SFTTrainer {trl.__version__}")
+    import os
+
+    measurement["env"].update(trainer=f"trl.SFTTrainer {trl.__version__}",
+                              alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
     return accepted(job, spec, log, measurement)
 
 

@@ -97,14 +97,26 @@ def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config:
     auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
     config.use_cache = False  # training; a cache also switches off packed-row mask detection
     torch.manual_seed(job.get("seed", 0))
-    if uses_random_weights(job):
-        model = auto.from_config(config, attn_implementation=knobs["attn_implementation"], dtype=torch.float32)
+    from ..trl_args import model_init_kwargs
+
+    # A LoRA job's frozen base may load in bf16 (`dtype`); everything else keeps fp32 master weights.
+    dtype = getattr(torch, model_init_kwargs(knobs)["dtype"])
+    if knobs.get("load_in_4bit"):
+        model = _load_4bit(auto, job, config, knobs)
+    elif uses_random_weights(job):
+        model = auto.from_config(config, attn_implementation=knobs["attn_implementation"], dtype=dtype)
     else:
-        model = auto.from_pretrained(job["model"], config=config, dtype=torch.float32,
+        model = auto.from_pretrained(job["model"], config=config, dtype=dtype,
                                      attn_implementation=knobs["attn_implementation"])
     model.config.use_cache = False
+    if knobs.get("float8_training"):  # CUDA-only (not_applicable: compute capability >= 8.9)
+        from torchao.float8 import convert_to_float8_training
+
+        # The LM head stays: TRL's fused head and the chunked loss read its weight directly.
+        convert_to_float8_training(model.to(device), module_filter_fn=lambda module, name: "lm_head" not in name)
+    placed = bool(knobs.get("load_in_4bit"))  # bitsandbytes placed it on the GPU as it loaded
     if for_trainer:
-        return model.to(device)
+        return model if placed else model.to(device)
     if knobs["gradient_checkpointing"]:
         # transformers renamed gradient_checkpointing_enable in 5.2x; earlier 5.x releases have only the old name.
         enable = getattr(model, "activation_checkpointing_enable", None)
@@ -120,9 +132,29 @@ def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config:
         model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **settings))
     if vlm and knobs.get("freeze_vision_tower"):
         _no_grad_vision(model)
-    model.to(device)
+    if not placed:
+        model.to(device)
     model.train()
     return model
+
+
+def _load_4bit(auto: Any, job: dict[str, Any], config: Any, knobs: dict[str, Any]) -> torch.nn.Module:  # CUDA-only
+    """An NF4 base with bf16 compute (QLoRA), as `trl sft` builds it from `load_in_4bit`; random weights
+    are saved once and loaded back, since bitsandbytes quantises at load time."""
+    import tempfile
+
+    from transformers import BitsAndBytesConfig
+
+    from ..trl_args import QUANT_4BIT
+
+    quant = BitsAndBytesConfig(**{**QUANT_4BIT, "bnb_4bit_compute_dtype": torch.bfloat16})
+    load = {"config": config, "dtype": torch.bfloat16, "quantization_config": quant,
+            "attn_implementation": knobs["attn_implementation"], "device_map": {"": 0}}
+    if not uses_random_weights(job):
+        return auto.from_pretrained(job["model"], **load)
+    with tempfile.TemporaryDirectory(prefix="autotune-4bit-") as folder:
+        auto.from_config(config, dtype=torch.bfloat16).save_pretrained(folder)
+        return auto.from_pretrained(folder, **load)
 
 
 def language_linears(model: torch.nn.Module) -> list[str]:

@@ -75,10 +75,16 @@ class Engine:
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
         self._scale = self.scaler.get_scale() if self.scaler else None
         params = [p for p in model.parameters() if p.requires_grad]
-        fused = knobs["optim"] == "adamw_torch_fused"
-        self.optimizer = torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0,
-                                           **({"fused": True} if fused else {}))
-        self.forward = torch.compile(model) if knobs["torch_compile"] else model
+        self.optimizer = make_optimizer(params, knobs["optim"])
+        # The chunked loss projects the hidden states itself: the head passes them through (before compile).
+        self.head = None
+        if knobs.get("chunked_cross_entropy"):
+            from .chunked_loss import hidden_states_out
+
+            self.head = hidden_states_out(model)
+        mode = knobs.get("torch_compile_mode", "default")
+        self.forward = (torch.compile(model, **({"mode": mode} if mode != "default" else {}))
+                        if knobs["torch_compile"] else model)
 
     def _autocast(self):
         if self.autocast_dtype is None:
@@ -99,8 +105,14 @@ class Engine:
         labels = batch["labels"].to(self.device, non_blocking=pin)
         with self._autocast():
             logits = self.forward(**inputs).logits
-        token_losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none",
-                                       ignore_index=IGNORE)
+        if self.head is not None:
+            from .chunked_loss import token_losses as chunked
+
+            # `logits` are the hidden states here (see chunked_loss.hidden_states_out).
+            token_losses = chunked(logits.flatten(0, 1), self.head, labels.flatten(), self.autocast_dtype or torch.float32)
+        else:
+            token_losses = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), reduction="none",
+                                           ignore_index=IGNORE)
         return self.backward(token_losses, step_targets, phases), token_losses.detach(), labels
 
     def backward(self, target_losses: torch.Tensor, step_targets: int,
@@ -160,6 +172,17 @@ class Engine:
         return batch["real_tokens"], batch["input_ids"].numel() - batch["real_tokens"]
 
 
+def make_optimizer(params: list[torch.nn.Parameter], optim: str) -> torch.optim.Optimizer:
+    """AdamW as the `optim` knob names it (the names TrainingArguments takes), autotune's engine settings."""
+    if optim in ("adamw_bnb_8bit", "paged_adamw_8bit"):  # CUDA-only
+        import bitsandbytes
+
+        cls = bitsandbytes.optim.AdamW8bit if optim == "adamw_bnb_8bit" else bitsandbytes.optim.PagedAdamW8bit
+        return cls(params, lr=LEARNING_RATE, weight_decay=0.0)
+    return torch.optim.AdamW(params, lr=LEARNING_RATE, weight_decay=0.0,
+                             **({"fused": True} if optim == "adamw_torch_fused" else {}))
+
+
 def _row_losses(token_losses: torch.Tensor, labels: torch.Tensor, slots: torch.Tensor, row_ids: tuple,
                 into: dict[int, float]) -> None:
     flat_slots = slots.flatten().to(token_losses.device)
@@ -205,7 +228,8 @@ def train_loop(engine: Any, dataset: Any, plan: Plan, targets_per_row: list[int]
         dataset, batch_size=None, sampler=plan.items(targets_per_row), num_workers=workers, collate_fn=as_is,
         multiprocessing_context=loader_context(workers),
         pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
-        persistent_workers=False, prefetch_factor=4 if workers else None)
+        persistent_workers=bool(workers and knobs.get("dataloader_persistent_workers")),
+        prefetch_factor=(knobs.get("dataloader_prefetch_factor") or 4) if workers else None)
     log, timer = StepLog(), StepTimer(engine.synchronize)
     accumulation = effective_batch // micro
     parity_losses: dict[str, dict[int, float]] = {"step1": {}, "step2": {}}

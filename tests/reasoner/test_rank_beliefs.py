@@ -94,9 +94,11 @@ def test_on_a_gpu_with_bf16_bf16_ranks_near_the_top_from_fp32():
 def test_little_headroom_on_long_rows_on_a_24gb_card_proposes_checkpointing_with_a_larger_micro_batch(headroom):
     incumbent = Knobs(per_device_train_batch_size=2, precision="bf16", attn_implementation="sdpa")
     ready = ranked(incumbent, CUDA_24, max_len=4096, headroom=headroom)
-    combined = [h for h in ready if h.also]
-    assert [h.change for h in combined] == ["gradient_checkpointing=True+per_device_train_batch_size=4"]
-    pair = combined[0]
+    combined = {h.change: h for h in ready if h.also}
+    # Other memory savers may enable it too (offloading, at headroom < 0.1); each says which claim.
+    assert "gradient_checkpointing=True+per_device_train_batch_size=4" in combined
+    assert all(change.endswith("+per_device_train_batch_size=4") for change in combined)
+    pair = combined["gradient_checkpointing=True+per_device_train_batch_size=4"]
     assert pair.apply(incumbent) == incumbent.with_change("gradient_checkpointing", True).with_change(
         "per_device_train_batch_size", 4)
     assert "P26" in pair.claims
@@ -117,9 +119,11 @@ def test_a_blocked_larger_micro_batch_brings_the_combined_checkpointing_change()
     # lots of headroom measured, but micro-batch 4 did not fit: checkpointing may make room for it
     incumbent = Knobs(per_device_train_batch_size=2, precision="bf16")
     ready = ranked(incumbent, CUDA_80, max_len=512, headroom=0.7, blocked={"per_device_train_batch_size=4"})
-    combined = [h for h in ready if h.also]
-    assert [h.change for h in combined] == ["gradient_checkpointing=True+per_device_train_batch_size=4"]
-    assert "did not fit" in combined[0].reason and "P26" in combined[0].reason
+    combined = {h.change: h for h in ready if h.also}
+    # Every memory saver a claim says enables a larger micro-batch comes with it (checkpointing among them).
+    assert all(change.endswith("+per_device_train_batch_size=4") for change in combined)
+    pair = combined["gradient_checkpointing=True+per_device_train_batch_size=4"]
+    assert "did not fit" in pair.reason and "P26" in pair.reason
     assert not [h for h in ranked(incumbent, CUDA_80, max_len=512, headroom=0.7) if h.also]
 
 
