@@ -129,6 +129,10 @@ def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -
         if not job.is_mlp and tuner.script is None:
             display.running(None, "hand-over: the baseline's and the best's files in `trl sft`")
         hand_over(tuner.folder, job, executor, outcome)
+    except BaseException as error:
+        for tracker in tuner.trackers:
+            tracker.stopped(tuner, error)
+        raise
     finally:
         display.close()
         close = getattr(executor, "close", None)
@@ -137,6 +141,8 @@ def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -
     write_results_tsv(tuner.folder, outcome.records)
     config = write_best_config(tuner.folder, job, outcome.best.knobs, tuner.script)
     write_report(tuner.folder, job, outcome, config)
+    for tracker in tuner.trackers:  # the report, plots and configs exist now: the parent's artifacts
+        tracker.finish(tuner, job, outcome, config)
     display.final_table(outcome, str(tuner.folder.path))
     for label, edits in config.get("config_edits", {}).items():
         settings = ", ".join(f"{key}: {value}" for key, value in edits.items())

@@ -15,7 +15,7 @@ from .errors import JobError
 from .inputs import PATH_KEYS, check_digits, check_path, check_word, check_writable_folder
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 from .job_keys import JOB_KEYS, MLP_MODEL
-from .job_values import SSH_KEYS, check_dataset, check_model, is_ssh, parse_duration, parse_share, parse_size, whole
+from .job_values import SSH_KEYS, check_dataset, check_model, mlflow_keys, is_ssh, parse_duration, parse_share, parse_size, whole
 from .presets import DEMO_PRESET, PRESETS, is_vision_preset
 
 MODES = ("smoke", "resume", "review", "fresh")
@@ -77,6 +77,8 @@ class Job:
     allow_image_resize: bool = False
     allow_numerics_change: bool = False
     realize: bool = True
+    mlflow: str = ""             # the tracking URI typed; MLFLOW_TRACKING_URI is read when the tune starts
+    mlflow_experiment: str = ""
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
 
@@ -266,7 +268,8 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
         kb=pairs.get("kb", ""), seed=whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
-        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=_only(pairs), **_llm(pairs))
+        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=_only(pairs), **_llm(pairs),
+        **mlflow_keys(pairs))
 
 
 def _only(pairs: dict[str, str]) -> tuple[str, ...]:

@@ -243,7 +243,8 @@ def job_mapping(job: Any) -> dict[str, Any]:
     optional = {"gpu": job.gpu, "kb": job.kb, "max_trials": job.max_trials, "only": list(job.only),
                 "time": f"{job.time_budget_s}s" if job.time_budget_s else None,
                 "mem_limit": f"{job.mem_limit}B" if job.mem_limit else None,
-                "llm": job.llm, "llm_timeout": f"{job.llm_timeout_s}s" if job.llm else None}
+                "llm": job.llm, "llm_timeout": f"{job.llm_timeout_s}s" if job.llm else None,
+                "mlflow": job.mlflow, "mlflow_experiment": job.mlflow_experiment}
     if is_ssh(job.host):
         optional.update(ssh_key=job.ssh_key, ssh_config=job.ssh_config, ssh_trust_new=job.ssh_trust_new,
                         ssh_python=job.ssh_python)

@@ -53,6 +53,10 @@ JOB_KEYS = {
     "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
                "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
                "default true)",
+    "mlflow": "an MLflow tracking URI, for example mlflow=sqlite:///mlflow.db or mlflow=http://host:5000 (default: "
+              "MLFLOW_TRACKING_URI if set, else off): the tune is a parent run, each trial a nested run; needs "
+              "pip install -e \".[mlflow]\"",
+    "mlflow_experiment": "the MLflow experiment the runs go to (default: MLFLOW_EXPERIMENT_NAME if set, else autotune)",
     "config": "a YAML job file of these keys, for example config=job.yaml (`max_len: 2048`, `smoke: true`); "
               "words typed after it override it; a run folder's job.yaml reruns that job",
     "from": "a TRL / transformers YAML config as `trl sft --config` reads it, for example from=sft.yaml: its "

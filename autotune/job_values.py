@@ -101,3 +101,52 @@ def check_dataset(value: str) -> None:
     hub_id = value.split(":", 1)[0]
     if not _HUB_ID.match(hub_id) or value.count(":") > 1:
         raise JobError(f"dataset={value!r}: not a hub id or file; expected {JOB_KEYS['dataset']}")
+
+
+# Tracking stores the installed MLflow client can write to; `+driver` (postgresql+psycopg2) allowed.
+_MLFLOW_SCHEME = re.compile(r"^(https?|sqlite|postgresql|mysql|mssql|file|databricks|databricks-uc)(\+[a-z0-9_]+)?:")
+MLFLOW_MISSING = 'the mlflow client is not installed; pip install -e ".[mlflow]"'
+
+
+def check_mlflow_uri(value: str, where: str) -> str:
+    """`value` if it has the shape of a tracking URI MLflow can write to and the client is installed,
+    else JobError naming `where` (the key, or the environment variable it came from). Only what is cheap
+    to see here: whether the store answers is the tracker's to find out (tracking.py)."""
+    import importlib.util
+
+    match = _MLFLOW_SCHEME.match(value)
+    if not match:
+        raise JobError(f"{where}={value!r}: expected {JOB_KEYS['mlflow']}")
+    scheme, rest = match.group(1), value[match.end():]
+    if scheme in ("http", "https", "postgresql", "mysql", "mssql") and not re.match(r"^//[^/\s]+", rest):
+        raise JobError(f"{where}={value!r}: no host; expected {scheme}://HOST[:PORT]...")
+    if scheme == "sqlite":
+        path = rest[3:] if rest.startswith("///") else ""
+        if not path or path == ":memory:":
+            raise JobError(f"{where}={value!r}: expected sqlite:///PATH/mlflow.db (three slashes, then the file; "
+                           "four for an absolute path)")
+        if not Path(path).expanduser().parent.is_dir():
+            raise JobError(f"{where}={value!r}: no folder {Path(path).parent}; make it first (SQLite makes the file, "
+                           "not its folder)")
+    if scheme == "file" and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+        # MLflow 3 keeps the file store in maintenance mode and refuses to open it unless told to.
+        raise JobError(f"{where}={value!r}: MLflow 3 refuses file stores; use sqlite:///PATH/mlflow.db "
+                       "(or set MLFLOW_ALLOW_FILE_STORE=true)")
+    try:
+        installed = importlib.util.find_spec("mlflow") is not None
+    except (ImportError, ValueError):
+        installed = False
+    if not installed:
+        raise JobError(f"{where}={value}: {MLFLOW_MISSING}")
+    return value
+
+
+def mlflow_keys(pairs: dict[str, str]) -> dict[str, str]:
+    """mlflow= and mlflow_experiment= of a job. The URI is the one the user typed; MLFLOW_TRACKING_URI,
+    the default, is read by the tracker when the tune starts (a resume follows the environment it runs in)."""
+    uri, experiment = pairs.get("mlflow", "").strip(), pairs.get("mlflow_experiment", "").strip()
+    if experiment and not uri and not os.environ.get("MLFLOW_TRACKING_URI"):
+        raise JobError("mlflow_experiment goes with mlflow=URI (or MLFLOW_TRACKING_URI); add mlflow=")
+    if len(experiment) > 500 or not all(c.isprintable() for c in experiment):
+        raise JobError(f"mlflow_experiment={experiment[:40]!r}: expected a printable name of at most 500 characters")
+    return {"mlflow": check_mlflow_uri(uri, "mlflow") if uri else "", "mlflow_experiment": experiment}

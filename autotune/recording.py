@@ -38,6 +38,8 @@ def append(tuner: Any, record: dict[str, Any]) -> None:
     tuner.records.append(record)
     if tuner.display:
         tuner.display.finished(record)
+    for tracker in tuner.trackers:  # after the run folder has it: the folder is the source of truth
+        tracker.trial(tuner, record)
 
 
 def save_state(tuner: Any, trial: int, incumbent: Incumbent, floor: float, **finished: Any) -> None:

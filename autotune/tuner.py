@@ -71,6 +71,9 @@ class Tuner:
         self.frame_facts: dict[str, Any] = {}
         self.placement: dict[str, Any] | None = None  # the node and GPU of the latest run, where an executor says
         self.parallel: Any = None
+        from .tracking import trackers_for
+
+        self.trackers = trackers_for(job)  # observers of each appended record and of the end (tracking.py)
         self.llm = None
         if job.llm:
             from .reasoner.llm import LLMProposer, LLMSettings

@@ -32,6 +32,9 @@ def isolated_kb(tmp_path, peak_cache, monkeypatch):
     if peak_cache.exists():
         shutil.copy(peak_cache, folder / peak_cache.name)
     monkeypatch.setenv("AUTOTUNE_KB", str(folder))
+    # A developer's MLflow server is no test's to write to: tracking is on only where a test turns it on.
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME"):
+        monkeypatch.delenv(name, raising=False)
     yield folder
     if (folder / peak_cache.name).exists():
         shutil.copy(folder / peak_cache.name, peak_cache)
