@@ -15,7 +15,7 @@ def _run_ssh_tests(ci: bool) -> subprocess.CompletedProcess:
     if ci:
         env["CI"] = "true"
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-x",
-                           "tests/executors/test_ssh.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+                           "tests/executors/test_ssh.py", "tests/executors/test_ssh_jump.py"], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
 
 

@@ -9,65 +9,20 @@ import pwd
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from conftest import make_spec, tiny_job
+from sshd_server import sshd  # noqa: F401  (the fixture: a real sshd on loopback)
 
 from autotune.errors import AutotuneError
 from autotune.executors.ssh import SSHExecutor
 
 pytestmark = pytest.mark.slow
-# AUTOTUNE_TEST_SSHD: another sshd, or a missing one (tests/test_fresh_machine.py checks the skip).
-SSHD = os.environ.get("AUTOTUNE_TEST_SSHD") or shutil.which("sshd") or "/usr/sbin/sshd"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    if not Path(SSHD).exists():
-        # A fresh machine runs the README's test command without it; CI must run these tests.
-        missing = "openssh-server is not installed (apt-get install openssh-server): the SSH tests need a real sshd"
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-    root = tmp_path_factory.mktemp("sshd")
-    home = root / "home"
-    (home / ".ssh").mkdir(parents=True)
-    for path in (root / "host_key", home / ".ssh" / "id_ed25519"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
-    (root / "authorized_keys").write_text((home / ".ssh" / "id_ed25519.pub").read_text())
-    port = _free_port()
-    config = root / "sshd_config"
-    config.write_text("\n".join([
-        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {root / 'host_key'}",
-        f"AuthorizedKeysFile {root / 'authorized_keys'}", f"PidFile {root / 'sshd.pid'}", "UsePAM no",
-        "StrictModes no", "PermitRootLogin yes", "PasswordAuthentication no", "Subsystem sftp internal-sftp", ""]))
-    Path("/run/sshd").mkdir(exist_ok=True)
-    server = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.2)
-    known = f"[127.0.0.1]:{port} " + " ".join((root / "host_key.pub").read_text().split()[:2]) + "\n"
-    yield SimpleNamespace(port=port, home=home, known=known, server=server,
-                          host=f"{os.environ.get('USER') or 'root'}@127.0.0.1:{port}")
-    server.terminate()
-    server.wait(timeout=10)
 
 
 @pytest.fixture
