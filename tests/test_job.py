@@ -132,10 +132,26 @@ def test_hub_ids_and_presets_are_accepted_without_touching_the_network(model):
     assert job.model == model
 
 
-@pytest.mark.parametrize("host", ["local", "me@gpu-box", "me@10.0.0.2:2222"])
+@pytest.mark.parametrize("host", ["local", "me@gpu-box", "me@10.0.0.2:2222", "gpu-box", "gpu-box:2222"])
 def test_hosts_in_the_accepted_form_parse(host):
     job, _ = job_from_words("r", BASE + [f"host={host}"])
     assert job.host == host
+
+
+def test_ssh_config_names_a_file_goes_with_an_ssh_host_and_is_kept_in_the_records(tmp_path, monkeypatch):
+    from autotune.job_files import job_yaml
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "lab_config").write_text("Host gpu-box\n  HostName 10.0.0.7\n")
+    job, _ = job_from_words("r", BASE + ["host=gpu-box", "ssh_config=~/lab_config"])
+    assert job.ssh_config == str(tmp_path / "lab_config")              # ~ expanded once, here
+    validate("job", job.to_dict())
+    (tmp_path / "job.yaml").write_text(job_yaml(job))
+    assert job_from_words("r", [f"config={tmp_path / 'job.yaml'}"])[0] == job
+    with pytest.raises(JobError, match="ssh_config='~/nowhere': no such file"):
+        job_from_words("r", BASE + ["host=gpu-box", "ssh_config=~/nowhere"])
+    with pytest.raises(JobError, match="go with an SSH host"):
+        job_from_words("r", BASE + ["ssh_config=~/lab_config"])
 
 
 @pytest.mark.parametrize("words", [
