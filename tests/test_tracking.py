@@ -9,7 +9,9 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from test_resume import FACTORS, KilledAt
@@ -20,6 +22,8 @@ from autotune.cli import main
 from autotune.job import job_from_words
 from autotune.job_files import job_yaml
 from autotune.records import RunFolder
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _needs_mlflow() -> None:
@@ -205,3 +209,21 @@ def test_the_experiment_goes_with_a_uri_and_job_yaml_keeps_both(in_tmp, capfd):
     (in_tmp / "job.yaml").write_text(job_yaml(job))
     again, _ = job_from_words("second", [f"config={in_tmp / 'job.yaml'}"])
     assert again == dataclasses.replace(job, run="second") and again.mlflow == "sqlite:///mlflow.db"
+
+
+def _store_tests_without_mlflow(ci: bool) -> subprocess.CompletedProcess:
+    """The store's tests in a Python where `import mlflow` fails, as on an install without the extra."""
+    code = "import sys; sys.modules['mlflow'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run([sys.executable, "-c", code, "-q", "-rs", "-p", "no:cacheprovider", "-x", __file__,
+                           "-k", "does_not_answer"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_without_the_client_the_store_tests_skip_naming_the_extra_and_fail_under_ci():
+    result = _store_tests_without_mlflow(ci=False)
+    assert result.returncode == 0 and "skipped" in result.stdout and "failed" not in result.stdout, result.stdout
+    assert 'pip install -e ".[mlflow]"' in result.stdout
+    result = _store_tests_without_mlflow(ci=True)
+    assert result.returncode != 0 and "mlflow is not installed" in result.stdout, result.stdout[-2000:]
