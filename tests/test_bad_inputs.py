@@ -44,6 +44,9 @@ def make_world(root: Path) -> None:
     (root / "home" / ".ssh").mkdir(parents=True)
     (root / "home" / ".ssh" / "known_hosts").write_text(
         f"# comment\n@cert-authority *.example.com {PUBLIC_KEY}\n@revoked old.example.com {PUBLIC_KEY}\n")
+    (root / "home" / ".ssh" / "config").write_text(  # aliases that resolve to nothing usable
+        "Host proxied\n  ProxyCommand nc %h %p\nHost keyless\n  IdentityFile ~/.ssh/no_such_key\n"
+        "Host looped\n  ProxyJump looped\n")
     (root / "a_file").write_text("not a folder\n")
     (root / "a_folder").mkdir()
     (root / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
@@ -144,6 +147,10 @@ CASES = [
     ("escape-bytes-shown-not-sent", tune("r", *job(only="\x1b[2J")), 2, "\\x1b[2J is not a knob", ()),
     ("dataset-name-too-long", tune("r", *job(dataset="n" * 300 + ".jsonl")), 2, "a file or folder name of 306", ()),
     ("ssh_key-name-too-long", tune("r", *job(host="me@box", ssh_key="k" * 300)), 2, "ssh_key=", ()),
+    ("ssh_config-missing", tune("r", *job(host="gpu-box", ssh_config="nowhere")), 2, "ssh_config='nowhere'", ()),
+    ("ssh-alias-proxycommand", tune("r", *job(host="proxied")), 2, "host proxied: ProxyCommand", ()),
+    ("ssh-alias-key-missing", tune("r", *job(host="keyless")), 2, "no_such_key (IdentityFile in", ()),
+    ("ssh-alias-jumps-through-itself", tune("r", *job(host="looped")), 2, "ProxyJump goes through more", ()),
     ("suggest-model-name-too-long", ["suggest", "model=./" + "m" * 300, "max_len=512"], 2, "model=", ()),
     # kb= and the files kb commands write
     ("kb-is-a-file", tune("r", *job(kb="a_file")), 2, "a_file is a file", ()),
