@@ -56,6 +56,8 @@ def test_patterns_tokens_and_the_first_value_apply_as_in_ssh(home):
                          "Host *\n  User everyone\n  Port 2200\n")
     assert addresses(route("gpu1.lab", str(config))) == ["lab@gpu1.lab.example.org:2200"]
     assert addresses(route("elsewhere", str(config))) == ["everyone@elsewhere:2200"]
+    config = write(home, "Match host gpu-box\n  User matched\n  Port 2201\n")
+    assert addresses(route("gpu-box", str(config))) == ["matched@gpu-box:2201"]
 
 
 def test_a_proxyjump_goes_through_the_jump_host_resolved_through_the_config_itself(home):
