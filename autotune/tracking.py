@@ -125,9 +125,11 @@ class MlflowTracker:
                 yield
         except Exception as error:  # noqa: BLE001 - a store's failure of any kind must not end the tune
             self.off = True
-            why = " ".join(str(error).split())[:300]
-            _say(f"MLflow tracking at {self.uri} stopped ({type(error).__name__}: {why}); the run folder "
-                 f"{tuner.folder.path} holds every result")
+            why = " ".join(str(error).split())
+            why = why if len(why) <= 200 else why[:197] + "..."
+            # The why goes last: a store's message (a URL, a stack of causes) is long, the line's point is not.
+            _say(f"MLflow tracking at {self.uri} stopped; the tune goes on and {tuner.folder.path} holds every "
+                 f"result ({type(error).__name__}: {why})")
 
     # -- the tuner's calls --------------------------------------------------------------------
     def trial(self, tuner: Any, record: dict[str, Any]) -> None:
