@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .io import write_text_atomic
-from .trl_args import DATA_KEYS, MODEL_KEYS, knob_fields, lora_fields, lora_kwargs, model_fields
+from .trl_args import DATA_KEYS, MODEL_KEYS, knob_fields, lora_fields, lora_kwargs, model_fields, outside_trl
 
 # Folders of the run folder that hold what the files name when no hub or user file does.
 MODEL_DIR = "model"
@@ -110,7 +110,8 @@ def header(job: Any, label: str, trial: int, record: dict[str, Any] | None) -> s
 def write_files(folder: Any, job: Any, best: dict[str, Any], record: dict[str, Any] | None,
                 cpu: bool) -> dict[str, Any]:
     """baseline_config.yaml and best_config.yaml in the run folder (the contents the hand-over step ran,
-    where it ran); the best config's Python keyword arguments."""
+    where it ran); the best config's Python keyword arguments. What a file cannot hold (an allocator
+    setting of the environment, fp8 matmuls) is a line of its header and `outside_trl` beside the kwargs."""
     run_path = folder.path.resolve()
     if record and "configs" in record:
         configs, trials = record["configs"], {"baseline": 0, "best": record["best_trial"]}
@@ -118,6 +119,12 @@ def write_files(folder: Any, job: Any, best: dict[str, Any], record: dict[str, A
         configs = {"baseline": fallback_configs(job, job.start.to_dict(), cpu, run_path),
                    "best": fallback_configs(job, best, cpu, run_path)}
         trials = {"baseline": 0, "best": record.get("loop_best_trial", -1) if record else -1}
+    knobs = {"baseline": job.start.to_dict(), "best": best}
     for label, name in FILES.items():
-        write_text_atomic(folder.path / name, yaml_text(configs[label], header(job, label, trials[label], record)))
-    return python_kwargs(configs["best"])
+        lines = outside_trl(knobs[label])
+        text = header(job, label, trials[label], record) + "".join(f"\nAlso: {line}." for line in lines)
+        write_text_atomic(folder.path / name, yaml_text(configs[label], text))
+    kwargs = python_kwargs(configs["best"])
+    if outside_trl(best):
+        kwargs["outside_trl"] = outside_trl(best)
+    return kwargs

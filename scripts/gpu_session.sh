@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# One lent-GPU session, end to end in under 10 minutes: the CUDA-marked tests, then three real tunes on the
-# local GPU (random weights, nothing downloaded), each bounded by its own time budget:
+# One lent-GPU session, end to end in under 12 minutes (default parts): the CUDA-marked tests (the runners'
+# CUDA paths, then each knob of issue #20), then real tunes on the local GPU (random weights, nothing
+# downloaded), each bounded by its own time budget:
 #   1. a model with the shape of Qwen2.5-0.5B from the naive start (fp32, eager, micro-batch 1, padded),
-#   2. the tiny VLM preset (image+text rows),
-#   3. model=mlp (the framework-free runner: the install check),
+#      with every knob (qwen), and the same job with only the knobs that existed before issue #20 (qwen_old),
+#   2. the tiny VLM preset (image+text rows; part vlm, not in the default),
+#   3. model=mlp (the framework-free runner: the install check; part mlp, not in the default),
 # and prints each run's device peaks, baseline and best samples/s, MFU and trial list (scripts/run_summary.py).
 # Usage: bash scripts/gpu_session.sh [OUT]   (from the repository root; OUT collects logs and reports)
-#        PARTS="tests mlp" bash scripts/gpu_session.sh   runs only those parts (default: tests mlp qwen vlm)
+#        PARTS="tests mlp" bash scripts/gpu_session.sh   runs only those parts (default: tests knobs qwen qwen_old)
 # Packages the machine lacks may be given as wheels in .whl/ (installed to /tmp/site first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,11 +22,17 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu --format=csv,noheader || true
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 
-parts=" ${PARTS:-tests mlp qwen vlm} "
+parts=" ${PARTS:-tests knobs qwen qwen_old} "
 if [[ $parts == *" tests "* ]]; then
     echo "== CUDA-marked tests"
     timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=5 tests/test_cuda.py > "$out/pytest.log" 2>&1
     tail -25 "$out/pytest.log"
+fi
+if [[ $parts == *" knobs "* ]]; then
+    echo "== CUDA-marked knob tests (each knob's samples/s, MFU and peak memory are JSON lines in the log)"
+    timeout 170 python3 -m pytest -q -s -m gpu -p no:cacheprovider -rs tests/test_cuda_knobs.py > "$out/knobs.log" 2>&1
+    grep '^{"trial"' "$out/knobs.log"
+    tail -20 "$out/knobs.log"
 fi
 
 tune() {  # tune LIMIT_S RUN key=value ...
@@ -40,8 +48,14 @@ tune() {  # tune LIMIT_S RUN key=value ...
 if [[ $parts == *" qwen "* ]]; then
     # The issue's job: the Qwen2.5-0.5B shape at max_len=2048, effective_batch=16, from the naive start;
     # trials train inside trl.SFTTrainer and the hand-over times both YAML files in `trl sft` after the loop.
-    tune 290 gpu_qwen model=qwen2.5-0.5b-shape dataset=synthetic max_len=2048 effective_batch=16 \
-        per_device_train_batch_size=1 padding=max_length precision=fp32 attn_implementation=eager time=170s
+    tune 200 gpu_qwen model=qwen2.5-0.5b-shape dataset=synthetic max_len=2048 effective_batch=16 \
+        per_device_train_batch_size=1 padding=max_length precision=fp32 attn_implementation=eager time=130s realize=false
+fi
+if [[ $parts == *" qwen_old "* ]]; then
+    # The same job tuned with only the knobs that existed before issue #20: what the new ones add.
+    tune 200 gpu_qwen_old model=qwen2.5-0.5b-shape dataset=synthetic max_len=2048 effective_batch=16 \
+        per_device_train_batch_size=1 padding=max_length precision=fp32 attn_implementation=eager time=130s realize=false \
+        only=per_device_train_batch_size,padding,group_by_length,attn_implementation,precision,gradient_checkpointing,torch_compile,dataloader_num_workers,dataloader_pin_memory,optim
 fi
 if [[ $parts == *" vlm "* ]]; then
     tune 95 gpu_vlm model="${VLM_PRESET:-tiny-qwen2-vl}" dataset=synthetic max_len=512 effective_batch=8 time=80s
