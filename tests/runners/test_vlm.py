@@ -176,10 +176,28 @@ def test_vlm_trials_keep_parity_across_micro_batch_and_padding_and_count_vision_
     assert 0 < base["measurement"]["mfu"] and base["measurement"]["model_flops"] > 0
 
 
+def test_a_vlm_trial_with_the_chunked_loss_trains_the_same_rows(vlm_frame):
+    """autotune's own loop (image-text models) is where the full logits exist: the chunked loss there
+    trains the rows the standard loss trains, through the VLM's own LM head."""
+    job, folder, _ = vlm_frame
+    runs = {chunked: run_runner(folder, make_spec(folder, job=job, knobs=Knobs(attn_implementation="sdpa",
+                                                                              chunked_cross_entropy=chunked),
+                                                  rows_needed=16, measure_steps=2, warmup_max=1), f"chunked-{chunked}")
+            for chunked in (False, True)}
+    assert all(r["state"] == "complete" for r in runs.values()), runs
+    from autotune.probes.parity import compare
+
+    check = compare(runs[False]["measurement"]["parity_losses"], runs[True]["measurement"]["parity_losses"], 1e-4)
+    assert check["ok"], check
+
+
 def test_text_frames_keep_vision_knobs_silent(tmp_path, framed):
     frame = framed()
-    assert {limit["knob"] for limit in frame["limits"]} == {"max_image_pixels", "freeze_vision_tower"}
-    assert all(limit["silent"] for limit in frame["limits"])
+    silent = {limit["knob"] for limit in frame["limits"] if limit["silent"]}
+    assert silent == {"max_image_pixels", "freeze_vision_tower"}
+    # The rest say why (trl.SFTTrainer's own chunked loss, a full fine-tune's weights, the numbers opt-in).
+    said = {limit["knob"] for limit in frame["limits"] if not limit["silent"]}
+    assert said == {"chunked_cross_entropy", "dtype", "load_in_4bit", "optim", "float8_training"}
 
 
 def test_hub_names_of_qwen_vl_families_smoke_as_their_own_preset():
