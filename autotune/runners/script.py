@@ -139,6 +139,7 @@ class Meter:
         self.step_calls: list[int] = []
         self.micro_rows: list[int] = []
         self.widths: list[int] = []
+        self.row_lengths: list[float] = []   # mean real tokens per row, per call: the row order's trace
         self.dtypes: set[str] = set()
         self.packed = False
 
@@ -181,7 +182,10 @@ class Meter:
         keyed = _row_keys(ids, mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None, positions)
         self.rows += len(keyed)
         self._observe(module, ids, len(keyed))
-        self.tokens += sum(span.stop - span.start for _, span, _ in keyed)
+        real = sum(span.stop - span.start for _, span, _ in keyed)
+        self.tokens += real
+        if keyed:
+            self.row_lengths.append(real / len(keyed))
         self.padded += ids.numel()
         self.reader.end(len(self.ends) + 1, keyed, ids, args, kwargs, output)
 

@@ -26,6 +26,7 @@ TARGETS: dict[str, str] = {
     "dataloader_num_workers": "dataloader_num_workers", "dataloader_pin_memory": "dataloader_pin_memory",
     "attn_implementation": "attn_implementation", "optim": "optim", "group_by_length": "group_by_length",
     "padding": "padding", "padding_free": "padding_free", "pad_to_multiple_of": "pad_to_multiple_of",
+    "packing": "packing",
 }
 EXAMPLE = "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps"
 HELP = ("your script's own names for knobs, NAME:KNOB comma-separated, for example " + EXAMPLE

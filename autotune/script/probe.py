@@ -5,11 +5,14 @@ changed, watched by the trial hooks, before the job is made.
 A name table misses some trainers' words (`accum_every`, `bsz`, `use_amp`): without an accumulation
 setting the micro-batch is never tried, without a micro-batch nothing is. Here each candidate that no
 alias covers (a whole number named with `acc`, or `bs` / `batch` / `micro`; a switch named with `amp`,
-`half`, `autocast` or `mixed`) is run once with its value changed (accumulation: one more; micro-batch:
-doubled; a switch: flipped), for three optimizer steps, on this machine. It is confirmed only when the
-hooks see the change: as many micro-batches per optimizer step, or as many rows per micro-batch, as
-the edit said; for a switch, fp32 one way and bf16 (or fp16) the other, against one unchanged run,
-which also says which precision the switch stands for. A confirmed name joins the job's `script_knobs` marked
+`half`, `autocast` or `mixed`; a switch named with `group`, `sort` or `bucket` and `len` or `size`; a
+switch named with `pack` or `concat`) is run once with its value changed (accumulation: one more;
+micro-batch: doubled; a switch: flipped), for three optimizer steps, on this machine. It is confirmed
+only when the hooks see the change: as many micro-batches per optimizer step, or as many rows per
+micro-batch, as the edit said; for a switch, against one unchanged run: fp32 one way and bf16 (or
+fp16) the other, which also says which precision it stands for; consecutive micro-batches at most
+half as far apart in length (the row order of length grouping); or rows concatenated, every batch full
+width with no padding (packing, which is read and never tried). A confirmed name joins the job's `script_knobs` marked
 `probed`, which the listing names; anything else stays as it was, and the one line that says what was
 not understood still gives the `script_knobs=` way out.
 """
@@ -31,7 +34,14 @@ ROLES = {
     "micro_batch": (("bs", "batch", "micro"), "per_device_train_batch_size", "rows_per_micro_batch"),
     # A mixed-precision switch: which precision it turns on is what the hooks see it compute in.
     "precision": (("amp", "half", "autocast", "mixed"), None, "compute_dtypes"),
+    # A length-grouping switch: on, consecutive micro-batches hold rows of like length (the row order).
+    "group_by_length": (("group", "sort", "bucket"), "group_by_length", "length_jumps"),
+    # A packing switch: on, rows are concatenated into full-width ones (read, never tried: adapter.py).
+    "packing": (("pack", "concat"), "packing", "packed"),
 }
+SWITCHES = ("precision", "group_by_length", "packing")
+# Grouped rows must jump at most this share of what the same script's rows jump in its own order.
+GROUPED_JUMPS = 0.5
 _LOW = {"bfloat16": "bf16", "float16": "fp16"}
 MARK = "probed"
 
@@ -47,10 +57,11 @@ def candidates(found: Discovery, taken: list[tuple[str, Any, str]]) -> list[tupl
     for name, value, _ in taken:
         key = names.normal(name)
         # A count for the batch roles, a switch for precision.
-        kinds = ("precision",) if isinstance(value, bool) else ("accumulation", "micro_batch")
+        kinds = SWITCHES if isinstance(value, bool) else ("accumulation", "micro_batch")
         if key in known or not isinstance(value, int) or (not isinstance(value, bool) and value < 1):
             continue
-        role = next((r for r in missing if r in kinds and any(word in key for word in ROLES[r][0])), None)
+        role = next((r for r in missing if r in kinds and any(word in key for word in ROLES[r][0])
+                     and (r != "group_by_length" or "len" in key or "size" in key)), None)
         if role is not None:
             out.append((role, key))
     return out
@@ -81,7 +92,8 @@ def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Pa
             "flags": flags, "measure_steps": 1, "warmup_max": 0, "peaks": None, "workdir": str(folder)}
     result = LocalExecutor().run(spec, folder, PROBE_TIMEOUT_S)
     measurement = result.get("measurement") or result.get("measurement_rejected") or {}
-    return measurement.get("observed")
+    seen = measurement.get("observed")
+    return {**seen, "padding_share": (measurement.get("data") or {}).get("padding_share")} if seen else None
 
 
 def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
@@ -109,11 +121,12 @@ def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
         setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",)).get(names.TARGETS[as_knob])
         if setting is None or not isinstance(setting.value, int):
             continue
-        if role == "precision":
+        if role in SWITCHES:
             if not control:
                 control.append(run({}, []))
             flipped = run(*_edit(setting, not setting.value))
-            knob = _switch(setting.value, control[0], flipped)
+            on, off = (control[0], flipped) if setting.value else (flipped, control[0])
+            knob = _switch(on, off) if role == "precision" else knob if _seen_doing(role, on, off) else None
             confirmed_here = knob is not None
         else:
             value = setting.value + 1 if role == "accumulation" else setting.value * 2
@@ -125,11 +138,24 @@ def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
     return tuple(out)
 
 
-def _switch(value: bool, control: dict[str, Any] | None, flipped: dict[str, Any] | None) -> str | None:
+def _seen_doing(role: str, on: dict[str, Any] | None, off: dict[str, Any] | None) -> bool:
+    """Whether the run with the switch on did what the role says and the run with it off did not."""
+    if on is None or off is None:
+        return False
+    if role == "group_by_length":
+        grouped, own = on.get("length_jumps"), off.get("length_jumps")
+        return grouped is not None and bool(own) and grouped <= GROUPED_JUMPS * own
+    # Packing: rows concatenated (position_ids restarting inside a row), or every batch full width with
+    # no padding at all where the same script padded without it.
+    def packs(seen: dict[str, Any]) -> bool:
+        return bool(seen.get("packed")) or (bool(seen.get("all_widths_max")) and seen.get("padding_share") == 0)
+    return packs(on) and not packs(off)
+
+
+def _switch(on: dict[str, Any] | None, off: dict[str, Any] | None) -> str | None:
     """The precision knob a switch stands for: on, the model computes in bf16 (or fp16); off, in fp32."""
-    if control is None or flipped is None:
+    if on is None or off is None:
         return None
-    on, off = (control, flipped) if value else (flipped, control)
     low = on.get("compute_dtypes") or []
     if off.get("compute_dtypes") == ["float32"] and len(low) == 1 and low[0] in _LOW:
         return _LOW[low[0]]

@@ -212,3 +212,63 @@ def test_settings_no_name_covers_are_confirmed_by_probe_runs(tmp_path, monkeypat
     assert "loop.yaml:train.use_amp = False -> bf16 (confirmed by a probe run)" in listing
     assert "knobs to try: per_device_train_batch_size, precision" in listing   # both are tried now
     assert hashes(tmp_path) == before
+
+
+ORDERED = textwrap.dedent('''
+    import random
+    import torch
+    import yaml
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = yaml.safe_load(open("order.yaml"))
+    rng = random.Random(0)
+    rows = [[rng.randrange(1, 256) for _ in range(rng.choice((8, 12, 20, 40, 64, 96)))] for _ in range(400)]
+    if cfg["sort_by_len"]:          # length grouping: sorted within chunks of 64 rows, chunks in random order
+        rows = [r for i in range(0, len(rows), 64) for r in sorted(rows[i:i + 64], key=len, reverse=True)]
+    if cfg["concat_rows"]:          # packing: one token stream cut into full-width rows
+        stream = [t for r in rows for t in r]
+        rows = [stream[i:i + cfg["max_len"]] for i in range(0, len(stream) - cfg["max_len"], cfg["max_len"])]
+    torch.manual_seed(0)
+    config = AutoConfig.for_model("qwen2", vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                  num_attention_heads=2, num_key_value_heads=1, use_cache=False)
+    model = AutoModelForCausalLM.from_config(config)
+    optimizer = torch.optim.AdamW(model.parameters())
+    at = 0
+    for step in range(100):
+        for _ in range(cfg["grad_accum"]):
+            batch = [r[:cfg["max_len"]] for r in rows[at:at + cfg["batch_size"]]]
+            at = (at + cfg["batch_size"]) % (len(rows) - cfg["batch_size"])
+            width = max(len(r) for r in batch) if cfg["padding"] == "longest" else cfg["max_len"]
+            ids = torch.zeros(len(batch), width, dtype=torch.long)
+            mask = torch.zeros(len(batch), width, dtype=torch.long)
+            for i, r in enumerate(batch):
+                ids[i, :len(r)], mask[i, :len(r)] = torch.tensor(r), 1
+            labels = ids.masked_fill(mask == 0, -100)
+            (model(input_ids=ids, attention_mask=mask, labels=labels).loss / cfg["grad_accum"]).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+''')
+
+
+def test_length_grouping_and_packing_switches_are_confirmed_by_probe_runs(tmp_path, monkeypatch):
+    # sort_by_len and concat_rows are in no name table. The probe runs see the first make consecutive
+    # micro-batches alike in length and the second make every batch full width with no padding.
+    from autotune.job import job_from_words
+    from autotune.script import ScriptAdapter
+
+    (tmp_path / "order.py").write_text(ORDERED)
+    # bucket_by_len_log looks as much like a grouping switch, but the script never reads it.
+    (tmp_path / "order.yaml").write_text("batch_size: 1\ngrad_accum: 4\nmax_len: 64\npadding: longest\n"
+                                         "bucket_by_len_log: false\nsort_by_len: false\nconcat_rows: false\n")
+    before = hashes(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    job, _ = job_from_words("ordered", ["script=order.py", "script_configs=order.yaml", "smoke"])
+    assert job.script_knobs == ("sort_by_len:group_by_length:probed", "concat_rows:packing:probed")
+    listing = ScriptAdapter.for_script(Path("order.py"), job.script_configs, [], names=job.script_knobs).listing()
+    assert "order.yaml:sort_by_len = False -> group_by_length (confirmed by a probe run)" in listing
+    assert "order.yaml:concat_rows = False -> packing (confirmed by a probe run)" in listing
+    assert any(line.startswith("note: order.yaml:concat_rows = False: packing") and "never tried" in line
+               for line in listing)
+    assert any(line.startswith("knobs to try") and "group_by_length" in line for line in listing)
+    assert hashes(tmp_path) == before

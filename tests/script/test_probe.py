@@ -30,10 +30,38 @@ def test_a_precision_switch_is_a_candidate_only_where_no_precision_setting_was_f
 
 def test_a_switch_stands_for_the_precision_the_runs_compute_in():
     fp32, bf16, fp16 = ({"compute_dtypes": [d]} for d in ("float32", "bfloat16", "float16"))
-    assert probe._switch(False, fp32, bf16) == "bf16" and probe._switch(True, fp16, fp32) == "fp16"
-    assert probe._switch(False, fp32, fp32) is None      # flipping it changed nothing: not a precision switch
-    assert probe._switch(True, fp32, bf16) is None       # on computes in fp32: the other way round
-    assert probe._switch(False, fp32, None) is None      # the flipped run did not run
+    # (the run with the switch on, the run with it off)
+    assert probe._switch(bf16, fp32) == "bf16" and probe._switch(fp16, fp32) == "fp16"
+    assert probe._switch(fp32, fp32) is None      # flipping it changed nothing: not a precision switch
+    assert probe._switch(fp32, bf16) is None      # on computes in fp32: the other way round
+    assert probe._switch(None, fp32) is None      # the flipped run did not run
+
+
+def test_length_grouping_and_packing_switches_are_candidates_where_their_role_is_missing(tmp_path):
+    found, taken = found_in(tmp_path, "batch_size: 2\ngrad_accum: 4\nbf16: false\nsort_by_len: false\n"
+                                      "pack_rows: false\nsort_keys: true\n")
+    # sort_keys says sort but not by length: not a grouping candidate.
+    assert probe.candidates(found, taken) == [("group_by_length", "sort_by_len"), ("packing", "pack_rows")]
+    found, taken = found_in(tmp_path, "batch_size: 2\ngrad_accum: 4\ngroup_by_length: false\npacking: false\n"
+                                      "sort_by_len: false\n")
+    assert probe.candidates(found, taken) == []       # both roles found by name already
+
+
+def test_grouping_is_seen_in_the_row_order_and_packing_in_full_width_unpadded_batches():
+    from autotune.runners.script_checks import length_jumps
+
+    shuffled = [40, 210, 18, 95, 160, 22, 70, 300, 35, 120]
+    grouped = sorted(shuffled, reverse=True)
+    assert length_jumps(grouped) < 0.5 * length_jumps(shuffled)
+    assert length_jumps(shuffled[:4]) is None          # too few micro-batches to say
+    assert probe._seen_doing("group_by_length", {"length_jumps": length_jumps(grouped)},
+                             {"length_jumps": length_jumps(shuffled)})
+    assert not probe._seen_doing("group_by_length", {"length_jumps": 0.6}, {"length_jumps": 0.62})
+    packed = {"packed": False, "all_widths_max": True, "padding_share": 0.0}
+    padded = {"packed": False, "all_widths_max": False, "padding_share": 0.31}
+    assert probe._seen_doing("packing", packed, padded)
+    assert probe._seen_doing("packing", {"packed": True}, padded)   # position_ids restarting inside a row
+    assert not probe._seen_doing("packing", padded, padded) and not probe._seen_doing("packing", packed, packed)
 
 
 def test_a_role_already_found_is_not_probed(tmp_path):
