@@ -3,6 +3,7 @@ and each kind of unapplied edit named in the trial's reason."""
 
 from __future__ import annotations
 
+import shutil
 import types
 
 import pytest
@@ -35,11 +36,14 @@ def test_edits_the_run_shows_pass():
                      "padding": "max_length", "gradient_checkpointing": True}, SEEN, 256) is None
 
 
-def test_a_model_compiles_under_the_hooks_and_is_seen_compiled():
+# inductor: the C++ code torch.compile makes by default (it needs a C++ compiler on the CPU).
+@pytest.mark.parametrize("backend", ["eager", pytest.param("inductor", marks=pytest.mark.skipif(
+    not shutil.which("g++") and not shutil.which("c++"), reason="inductor needs a C++ compiler (g++) on a CPU"))])
+def test_a_model_compiles_under_the_hooks_and_is_seen_compiled(backend):
     torch._dynamo.reset()
     meter = Meter({"warmup_max": 0, "measure_steps": 1})
     model = torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 16))
-    compiled = torch.compile(model, backend="eager")
+    compiled = torch.compile(model, backend=backend)
     handles = _install(meter)
     try:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
