@@ -19,6 +19,11 @@ SCREEN_ALPHA = 0.05
 # More pairs are spent only on what could be shown at least this much faster: a 0.3% gain is real but
 # not worth sixteen more runs.
 WORTH = 0.01
+# The gain the most pairs of a trial should be able to show: on a noisy machine (a 2-core CPU, 10% and
+# more run to run) sixteen pairs cannot show a 10% gain, so a real one was discarded six times in seven.
+GOAL = 0.05
+# How many times the step budget's pairs may double to reach GOAL (4x: 64 pairs where it allows 16).
+DOUBLINGS = 2
 
 
 def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]]) -> list[list[float]]:
@@ -66,6 +71,18 @@ def detectable(records: list[dict[str, Any]], most: int) -> float:
     spread = sequential.pooled(groups(records))
     t = sequential.t_quantile(1 - sequential.ALPHA / len(looks(most)), spread.df + 2 * most)
     return max(margin(records), WORTH, math.expm1(t * spread.sd * math.sqrt(2 / most)))
+
+
+def most_pairs(records: list[dict[str, Any]], least: int) -> int:
+    """The most pairs the next trial may take: `least`, doubled while the spread pooled so far leaves
+    a GOAL-sized gain undetectable (at most DOUBLINGS times). Fixed from earlier trials' runs before
+    the trial's own, so its looks and each one's share of the false-keep rate are set in advance."""
+    most = least
+    for _ in range(DOUBLINGS):
+        if detectable(records, most) <= GOAL:
+            break
+        most *= 2
+    return most
 
 
 def could_close(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],

@@ -48,16 +48,17 @@ def more_pairs(tuner: Any, trial: int, hypothesis: Hypothesis, incumbent: Incumb
                verdict: stats.Comparison) -> stats.Comparison:
     """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
     could close it (`verdict.could_close`). A change that looks like noise costs no more runs, and at
-    most `extra_pairs`; the sequential rule decides only at its looks, each at its share of the
+    most `extra_pairs` (more on a noisy machine: `verdict.most_pairs`); the sequential rule decides only at its looks, each at its share of the
     false-keep rate, so waiting for a lucky draw cannot turn noise into a gain (`python -m
     bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules)."""
     steps = tuner.steps
     added = 0
+    extra = decide.most_pairs(steps, tuner.records) - 2  # set from earlier trials, before this one's runs
     # With a time budget, extra pairs take at most a quarter of the time left: room for four times
     # the extra runs so far and the next pair (one trial must not spend what the others need).
-    while verdict.verdict == "no difference" and added < steps.extra_pairs \
+    while verdict.verdict == "no difference" and added < extra \
             and tuner._room_for(8 * (added + 1)):
-        if not decide.could_close(steps, tuner.records, verdict, fresh, results, steps.extra_pairs - added):
+        if not decide.could_close(steps, tuner.records, verdict, fresh, results, extra - added):
             break  # even the most pairs allowed would leave the interval inside the floor
         added += 1
         total = 2 + added

@@ -25,7 +25,7 @@ def interleaved(steps: StepBudget, records: list[dict[str, Any]], incumbent_runs
     if steps.keep_rule == "sequential":
         # The look after which the time budget allows no further pair spends the looks left.
         return keep_rule.verdict(records, [r["measurement"] for r in incumbent_runs],
-                                 [r["measurement"] for r in candidate_runs], 2 + steps.extra_pairs, last=last)
+                                 [r["measurement"] for r in candidate_runs], most_pairs(steps, records), last=last)
     return stats.compare([r["measurement"]["step_times_s"] for r in incumbent_runs],
                          [r["measurement"]["step_times_s"] for r in candidate_runs], batch, floor)
 
@@ -33,8 +33,15 @@ def interleaved(steps: StepBudget, records: list[dict[str, Any]], incumbent_runs
 def stop_floor(steps: StepBudget, records: list[dict[str, Any]], floor: float) -> float:
     """The smallest gain the keep rule can show: a proposal expected to gain less is not tried."""
     if steps.keep_rule == "sequential":
-        return keep_rule.detectable(records, 2 + steps.extra_pairs)
+        return keep_rule.detectable(records, most_pairs(steps, records))
     return floor
+
+
+def most_pairs(steps: StepBudget, records: list[dict[str, Any]]) -> int:
+    """The most interleaved pairs a trial may take: the step budget's, more on a noisy machine under
+    the sequential rule (keep_rule.most_pairs), where sixteen pairs cannot show a 5% gain."""
+    least = 2 + steps.extra_pairs
+    return keep_rule.most_pairs(records, least) if steps.keep_rule == "sequential" else least
 
 
 def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats.Comparison,
@@ -42,7 +49,7 @@ def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats
     """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
     if steps.keep_rule == "sequential":
         return keep_rule.could_close(records, [r["measurement"] for r in fresh],
-                                     [r["measurement"] for r in results], left, 2 + steps.extra_pairs)
+                                     [r["measurement"] for r in results], left, most_pairs(steps, records))
     runs = min(len(results), len(fresh))
     narrowed = math.sqrt(runs / (runs + left))
     return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor

@@ -23,3 +23,13 @@ def test_a_look_the_budget_makes_the_last_spends_the_false_keep_rate_left():
     # The same runs: the last look may use all of alpha, an early one a quarter (looks at 2, 4, 8, 16).
     assert open_ended.confidence > last.confidence and last.low > open_ended.low
     assert open_ended.verdict == "no difference" and last.verdict == "faster"
+
+
+def test_a_noisy_machine_gets_more_pairs_and_a_quiet_one_keeps_the_budgets():
+    quiet = [{"measurements": [run(10.0), run(10.1), run(9.9), run(10.05)]}]
+    noisy = [{"measurements": [run(10.0), run(11.5), run(8.7), run(10.9), run(9.1)]}]
+    assert keep_rule.most_pairs(quiet, 16) == 16
+    most = keep_rule.most_pairs(noisy, 16)
+    assert most > 16
+    # The pairs added are worth it: the smallest gain they can show is smaller than with sixteen.
+    assert keep_rule.detectable(noisy, most) < keep_rule.detectable(noisy, 16)
