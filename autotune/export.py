@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .io import write_text_atomic
+from .job_files import DATA_DIR, DATA_FILE  # noqa: F401 - the run folder's rows, which from= reads back
 from .trl_args import DATA_KEYS, MODEL_KEYS, knob_fields, lora_fields, lora_kwargs, model_fields, outside_trl
 
 # Folders of the run folder that hold what the files name when no hub or user file does.
 MODEL_DIR = "model"
-DATA_DIR = "data"
-DATA_FILE = "train.jsonl"
 OUTPUT_DIR = "trl_output"
 FILES = {"baseline": "baseline_config.yaml", "best": "best_config.yaml"}
 SUFFIX_TO_BUILDER = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}

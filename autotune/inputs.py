@@ -200,3 +200,13 @@ def check_writable_file(path: Path, label: str) -> None:
     if path.exists() and not os.access(path, os.W_OK):
         raise JobError(f"{label}: {path} is not writable by this user; give another path")
     check_writable_folder(path.parent, label)
+
+
+def check_run_name(run: str) -> str:
+    """`run` if it names exactly one folder inside its parent, else JobError: `.`, `..`, an empty name, or
+    one with a separator, NUL or a control character would put a run (or its clean-up) somewhere else."""
+    if (not isinstance(run, str) or run in ("", ".", "..") or "/" in run or "\\" in run
+            or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in run) or len(run.encode(errors="replace")) > 255):
+        raise JobError(f"run name {run!r}: it names one folder, runs/RUN/, so it must be a plain name (letters, "
+                       "digits, '.', '_' or '-'; not '.' or '..')")
+    return run

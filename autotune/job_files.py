@@ -25,6 +25,10 @@ BATCH_SPLIT = ("per_device_train_batch_size", ACCUMULATION)
 # `trl sft`'s own values where a file leaves them out (TrainingArguments / SFTConfig field defaults):
 # the effective batch and the length a file trains with.
 TRL_MICRO_BATCH, TRL_ACCUMULATION, TRL_MAX_LENGTH = 8, 1, 1024
+# The run folder's own rows (runs/RUN/data/train.jsonl): the hand-over writes them (export.py) and a
+# best_config.yaml names them; from= reads such a file back as the dataset that made them.
+DATA_DIR = "data"
+DATA_FILE = "train.jsonl"
 
 
 def _scalar(label: str, key: str, value: Any) -> str:
@@ -56,8 +60,13 @@ def _mapping(value: str, label: str, what: str) -> dict[str, Any]:
 
 def read_job_file(value: str) -> tuple[dict[str, str], list[str]]:
     """config=FILE: its keys as word texts, and the modes it switches on."""
-    data = _mapping(value, "config", "job keys")
-    label, pairs, modes = f"config={value}", {}, []
+    return mapping_pairs(_mapping(value, "config", "job keys"), f"config={value}", Path(value).expanduser().parent)
+
+
+def mapping_pairs(data: Mapping[str, Any], label: str, base: Path) -> tuple[dict[str, str], list[str]]:
+    """A job file's mapping (or a dict given in Python) as word texts, and the modes it switches on;
+    a relative from= is read from `base` (a job file's folder)."""
+    pairs, modes = {}, []
     accepted = [k for k in JOB_KEYS if k != "config"] + list(CATALOG) + [ACCUMULATION] + list(FILE_MODES)
     for key, raw in data.items():
         if key not in accepted:
@@ -71,16 +80,20 @@ def read_job_file(value: str) -> tuple[dict[str, str], list[str]]:
                 raise JobError(f"{label}: {key}: {text!r}; expected true or false")
             modes += [key] if text == "true" else []
         elif key == "from" and not Path(text).expanduser().is_absolute():
-            pairs[key] = str(Path(value).expanduser().parent / text)  # beside the job file, not the shell
+            pairs[key] = str(base / text)  # beside the job file, not the shell
         else:
             pairs[key] = text
     return pairs, modes
 
 
+def words_of(keys: Mapping[str, Any], label: str) -> list[str]:
+    """Keyword arguments given in Python as the `key=value` words a command takes (values as a job file's)."""
+    return [f"{key}={_scalar(label, key, value)}" for key, value in keys.items()]
+
+
 def _run_dataset(name: str) -> str:
     """A run folder's own rows (RUN/data, what its best_config.yaml names for synthetic data: tokens, no
     text column) as the dataset= that made them; any other name as it is."""
-    from .export import DATA_DIR, DATA_FILE
     from .inputs import read_json
 
     folder = Path(name).expanduser()
@@ -263,12 +276,3 @@ def job_yaml(job: Any) -> str:
     return (f"# autotune run {job.run}: the job as it ran; rerun it with\n"
             f"#   autotune tune NEW_RUN config=runs/{job.run}/job.yaml [key=value ...]\n"
             + yaml.safe_dump(job_mapping(job), sort_keys=False, default_flow_style=False))
-
-
-
-def write_job_yaml(path: Path, job: Mapping[str, Any]) -> None:
-    """runs/RUN/job.yaml beside job.json (the record): whole or not at all, private like the folder."""
-    from .io import write_text_atomic
-    from .job import Job
-
-    write_text_atomic(path, job_yaml(Job.from_dict(dict(job))))

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import JobError
-from .inputs import check_writable_file, check_writable_folder
+from .inputs import check_writable_file
 from .io import write_json_atomic
 from .kb.beliefs import Beliefs, draw
 from .kb.claims import Claim, Update, condition_text
-from .kb.folder import kb_folder
 from .kb.store import Store, repair
+from .kb_args import folder_of as _folder
+from .kb_args import store_of as _store
 from .kb_import import kb_import
 from .kb_import import plain as _plain
 from .reasoner.revise import restructure
@@ -30,20 +31,6 @@ TABLES = ("runs", "trials", "claims", "claim_history")
 
 
 # ------------------------------------------------------------------------------------------- helpers
-
-def _folder(args: argparse.Namespace) -> Path:
-    return kb_folder(args.kb or "")
-
-
-def _store(args: argparse.Namespace, writing: bool = False) -> Store | None:
-    """The folder's store; None for a folder that does not exist yet and is only read (not created)."""
-    folder = _folder(args)
-    if writing:
-        check_writable_folder(folder, f"--kb {folder}")
-    elif folder.exists() and not folder.is_dir():
-        raise JobError(f"--kb {folder}: is a file, not a knowledge-base folder; give its folder")
-    return Store(folder) if writing or folder.is_dir() else None
-
 
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=1, default=str))

@@ -18,6 +18,7 @@ from .inputs import read_json
 from .kb.beliefs import Beliefs
 from .kb.claims import Claim, Evidence, Update
 from .kb.store import InvalidRecordError
+from .kb_args import store_of
 
 TABLES = ("runs", "trials", "claims", "claim_history")
 
@@ -125,9 +126,7 @@ def kb_import(args: argparse.Namespace) -> int:
         imported = {c.id: c for c in (Claim.from_definition(d) for d in data.get("claims", []))}
     except (RecordError, KeyError, TypeError, ValueError, AttributeError) as error:
         raise JobError(f"kb import: {path}: a claim definition is not valid ({error}); nothing was written") from None
-    from .kb_commands import _store  # the one place that checks --kb (kb_commands imports this module)
-
-    store = _store(args, writing=True)
+    store = store_of(args, writing=True)
     beliefs = Beliefs(store)
     updates, unknown = _updates(data, path, imported, beliefs)
     new_claims = [c for c in imported.values() if c.id not in beliefs]

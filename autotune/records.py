@@ -17,21 +17,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import JobError, RecordError
-from .io import append_line, write_json_atomic
+from .inputs import check_run_name  # noqa: F401 - where runs/RUN/ names were checked before
+from .io import append_line, write_json_atomic, write_text_atomic
 from .schemas import validate
 
 
 LOCK_FILE = ".lock"
-
-
-def check_run_name(run: str) -> str:
-    """`run` if it names exactly one folder inside its parent, else JobError: `.`, `..`, an empty name, or
-    one with a separator, NUL or a control character would put a run (or its clean-up) somewhere else."""
-    if (not isinstance(run, str) or run in ("", ".", "..") or "/" in run or "\\" in run
-            or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in run) or len(run.encode(errors="replace")) > 255):
-        raise JobError(f"run name {run!r}: it names one folder, runs/RUN/, so it must be a plain name (letters, "
-                       "digits, '.', '_' or '-'; not '.' or '..')")
-    return run
 
 
 class RunFolder:
@@ -60,9 +51,11 @@ class RunFolder:
         validate("job", job, str(self.job))
         self.make()
         write_json_atomic(self.job, job)
-        from .job_files import write_job_yaml
+        # The same job as a file `config=` reads, written whole or not at all, private like the folder.
+        from .job import Job
+        from .job_files import job_yaml
 
-        write_job_yaml(self.path / "job.yaml", job)  # the same job as a file `config=` reads
+        write_text_atomic(self.path / "job.yaml", job_yaml(Job.from_dict(dict(job))))
 
     def make(self) -> None:
         """The folder, private to the user: trials, records and the job may name private data and models."""

@@ -32,7 +32,7 @@ from typing import Any
 import paramiko
 
 from ..errors import AutotuneError
-from ..records import check_run_name
+from ..inputs import check_run_name
 from ..runners.common import STDERR_TAIL
 from . import ssh_chain, ssh_route
 

@@ -10,6 +10,8 @@ import platform
 import shutil
 from typing import Any
 
+from .peaks import cached_or_measured, cpu_name
+
 
 def pick_device() -> str:
     import torch
@@ -92,7 +94,6 @@ def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[
     else:
         facts.update(name=cpu_name(), memory_bytes=memory_total(device), bf16=True, fp16=False, tf32=False,
                      flash_attn=False)
-    from .peaks import cached_or_measured
 
     precisions = ["fp32", "bf16"] + (["fp16", "tf32"] if device == "cuda" else [])
     peaks = cached_or_measured(device, precisions, peak_cache or {})
@@ -105,14 +106,3 @@ def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[
             facts[f"{half}_reason"] = (f"measured {half} matmuls at {speeds.get(half, 0.0):.3g} TFLOP/s, slower than "
                                        f"fp32 at {speeds['fp32']:.3g}: this device emulates {half}")
     return facts
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-

@@ -23,6 +23,17 @@ WARMUP_S = {"cuda": 1.0, "cpu": 0.0}
 BATCH = {"cuda": 10, "cpu": 1}
 
 
+def cpu_name() -> str:
+    """The CPU's model name, as the peaks' fingerprint and the device facts name it."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def fingerprint(device: str) -> str:
     """What makes two peak measurements comparable: device, driver, torch, threads."""
     import torch
@@ -30,8 +41,6 @@ def fingerprint(device: str) -> str:
     if device == "cuda":  # CUDA-only
         return "|".join((torch.cuda.get_device_name(0), _driver_version(), f"torch {torch.__version__}",
                          f"cuda {torch.version.cuda}"))
-    from .device import cpu_name
-
     return "|".join((cpu_name(), f"{os.cpu_count()} cpus", f"{torch.get_num_threads()} threads",
                      f"torch {torch.__version__}", platform.machine()))
 

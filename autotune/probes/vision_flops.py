@@ -29,10 +29,18 @@ PER_TOKEN_CHILDREN = ("merger",)
 PROJECTORS = ("multi_modal_projector", "connector")
 
 
+def vision_module(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The vision tower of a model, peft-wrapped or not (LLaVA's projector sits beside it, not in it)."""
+    for module in model.modules():
+        for name in ("visual", "vision_tower", "vision_model"):
+            found = getattr(module, name, None)
+            if isinstance(found, torch.nn.Module):
+                return found
+    return None
+
+
 def vision_parts(model: torch.nn.Module) -> tuple[torch.nn.Module | None, list[torch.nn.Module]]:
     """The vision tower and the per-image-token modules (merger inside it, projector beside it)."""
-    from ..runners.vision import vision_module
-
     tower = vision_module(model)
     if tower is None:
         return None, []

@@ -133,11 +133,22 @@ def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[
     return 0 if result["state"] == "complete" else 1
 
 
+def is_oom(error: BaseException) -> bool:
+    """An out-of-memory error of torch or of the host, which a trial ends as the state `oom`."""
+    import torch
+
+    if isinstance(error, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (RuntimeError, MemoryError)) and (
+        "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError))
+
+
 def run_body(frame: Callable[[dict[str, Any]], dict[str, Any]], trial: Callable[[dict[str, Any]], dict[str, Any]],
              spec_path: Path, result_path: Path) -> int:
     """A training runner's entry: its frame or trial by the spec's kind, with the training faults and OOM
     as states."""
-    from .train import TrialFault, is_oom
+    from .steps import TrialFault
 
     return execute(lambda spec: frame(spec) if spec["kind"] == "frame" else trial(spec), is_oom, TrialFault,
                    spec_path, result_path)

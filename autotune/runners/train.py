@@ -18,19 +18,11 @@ from ..probes import memory
 from ..probes.profile import PhaseTimer
 from ..probes.timing import StepTimer, warmed_up
 from .batching import IGNORE, collate, group_by_length, row_targets, step_plan, worst_case_rows
-from .common import as_is, loader_context
+from .common import as_is, is_oom, loader_context  # noqa: F401 - is_oom re-exported for the runners
 from .steps import Plan, StepLog, TrialFault, accepted, measurement_of  # noqa: F401 - re-exported for the runners
 
 LEARNING_RATE = 1e-4
 MAX_GRAD_NORM = 1.0
-
-
-def is_oom(error: BaseException) -> bool:
-    if isinstance(error, getattr(torch, "OutOfMemoryError", ())):
-        return True
-    text = str(error).lower()
-    return isinstance(error, (RuntimeError, MemoryError)) and (
-        "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError))
 
 
 class MicroBatches(torch.utils.data.Dataset):

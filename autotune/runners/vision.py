@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from ..probes.vision_flops import vision_module  # noqa: F401 - the tower, for the VLM runners
+
 # Idefics3's tile tags: its processor looks up a 6 x 6 grid of them.
 ROW_COL = tuple(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7))
 # Row-building families: the special tokens around an image, other tags inside an image's block
@@ -57,16 +59,6 @@ BYTE_OFFSET = 3
 def is_vlm(config: Any) -> bool:
     """A composite config with a vision tower: loaded through the image-text classes."""
     return getattr(config, "vision_config", None) is not None
-
-
-def vision_module(model: torch.nn.Module) -> torch.nn.Module | None:
-    """The vision tower of a model, peft-wrapped or not (LLaVA's projector sits beside it, not in it)."""
-    for module in model.modules():
-        for name in ("visual", "vision_tower", "vision_model"):
-            found = getattr(module, name, None)
-            if isinstance(found, torch.nn.Module):
-                return found
-    return None
 
 
 def family_tokens(model_type: str) -> list[str]:

@@ -80,7 +80,8 @@ class ScriptAdapter:
                    names: tuple[str, ...] = ()) -> "ScriptAdapter":
         """Discover the script's settings (configs as the user named them, relative to `cwd`), let its
         own arguments override its defaults, and build the adapter. `names`: the job's `script_knobs`."""
-        from .discover import apply_args, discover
+        from .discover import apply_args
+        from .styles import discover
 
         base = cwd or Path.cwd()
         configs = [(base / Path(label).expanduser(), label) for label in labels]

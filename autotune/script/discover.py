@@ -220,30 +220,3 @@ def read_argparse(path: Path) -> list[Setting]:
         if role and (default is None or isinstance(default, (bool, int, float, str))):
             settings.append(Setting(role, default, "argv", (flag, action or "value")))
     return settings
-
-
-def discover(script: Path, configs: list[tuple[Path, str]], args: list[str] | None = None,
-             cwd: Path | None = None, names: tuple[str, ...] = ()) -> Discovery:
-    """`names`: the user's `script_knobs=` pairs; a role they name is the setting of that name alone."""
-    from . import names as own
-    from .styles import discover_styles
-
-    mapped = own.roles(names)
-    token = _OWN_NAMES.set(mapped)
-    try:
-        found = discover_styles(script, configs, list(args or []), cwd or Path.cwd())
-    finally:
-        _OWN_NAMES.reset(token)
-    if mapped:
-        keys = {own.normal(s.path[0] if s.source == "argv" else s.path[-1]) for s in found.settings}
-        missing = [name for name in mapped if name not in keys]
-        if missing:
-            taken = ", ".join(name for name, _, _ in own.taken(script, configs + [
-                ((cwd or Path.cwd()) / label, label) for label in found.arg_configs], list(args or [])))
-            taken = taken or "no setting it can read"
-            raise JobError(f"script_knobs: {', '.join(missing)} is not a setting of the script, its configs or its "
-                           f"flags (autotune read: {taken}); use the name as the script spells it")
-        named_roles = set(mapped.values())
-        found.settings = [s for s in found.settings if s.role not in named_roles
-                          or own.normal(s.path[0] if s.source == "argv" else s.path[-1]) in mapped]
-    return found

@@ -99,7 +99,7 @@ def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Pa
 def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
               smoke: bool) -> tuple[str, ...]:
     """`name:knob:probed` for each candidate a probe run confirmed (none where discovery lacks nothing)."""
-    from .discover import discover
+    from .styles import discover
 
     configs = [(cwd / Path(label).expanduser(), label) for label in labels]
     found = discover(script, configs, args, cwd, own)

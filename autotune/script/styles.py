@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from . import parsers, pyconfig
-from .discover import Discovery, Setting, _alias, parse_script, read_argparse, read_config
+from ..errors import JobError
+from .discover import _OWN_NAMES, Discovery, Setting, _alias, parse_script, read_argparse, read_config
 
 _SIMPLE = (bool, int, float, str)
 _BOOLS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
@@ -119,4 +120,31 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
         if match is not None:
             defaults.remove(match)
     found.settings += defaults + given
+    return found
+
+
+def discover(script: Path, configs: list[tuple[Path, str]], args: list[str] | None = None,
+             cwd: Path | None = None, names: tuple[str, ...] = ()) -> Discovery:
+    """What the script's settings are, by every style it is read in (the one entry point of script/).
+    `names`: the user's `script_knobs=` pairs; a role they name is the setting of that name alone."""
+    from . import names as own
+
+    mapped = own.roles(names)
+    token = _OWN_NAMES.set(mapped)
+    try:
+        found = discover_styles(script, configs, list(args or []), cwd or Path.cwd())
+    finally:
+        _OWN_NAMES.reset(token)
+    if mapped:
+        keys = {own.normal(s.path[0] if s.source == "argv" else s.path[-1]) for s in found.settings}
+        missing = [name for name in mapped if name not in keys]
+        if missing:
+            taken = ", ".join(name for name, _, _ in own.taken(script, configs + [
+                ((cwd or Path.cwd()) / label, label) for label in found.arg_configs], list(args or [])))
+            taken = taken or "no setting it can read"
+            raise JobError(f"script_knobs: {', '.join(missing)} is not a setting of the script, its configs or its "
+                           f"flags (autotune read: {taken}); use the name as the script spells it")
+        named_roles = set(mapped.values())
+        found.settings = [s for s in found.settings if s.role not in named_roles
+                          or own.normal(s.path[0] if s.source == "argv" else s.path[-1]) in mapped]
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.script import names, probe
-from autotune.script.discover import discover
+from autotune.script.styles import discover
 
 
 def found_in(tmp_path: Path, yaml_text: str):
