@@ -11,6 +11,7 @@ or why there is nothing left worth a trial. In order:
    Its best proposal is tried while its expected improvement clears the noise floor; below it the
    loop stops and says so.
 Every proposal passes `allowed` (the user's `only=`, the frame's limits, the script's settings).
+Before all of these, right after a warm start was kept: `warm_check`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any, Callable, Iterable
 
 from .kb.claims import Claim
 from .knobs import Knobs
-from .reasoner import Hypothesis, pooled
-from .reasoner.links import reverts, unrefuted
+from .reasoner import Hypothesis, key, pooled
+from .reasoner.links import incumbents, reverts, unrefuted
 from .reasoner.surrogate import proposals
 
 Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothesis], list[tuple[str, str]]]]
@@ -52,3 +53,27 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: list[di
         return [], (f"the best proposal left ({best.change}) expects an improvement of x{math.exp(best.score):.4f}, "
                     f"below the {floor:.2%} noise floor")
     return [best], None
+
+
+def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], measured: set[tuple],
+               first: Callable[[], Hypothesis | None]) -> Hypothesis | None:
+    """While the incumbent is a kept warm start: the config the cold search would have tried first (`first`:
+    the ranking's best change on the user's config), as one change against it. A warm start is another
+    job's best config; this job's own first step may beat it (rows of one length gain nothing from the
+    padding another job's data needed, and a larger micro-batch may be what this one wants), and no
+    change on top of the warm start can reach it when it undoes several of the warm start's knobs."""
+    kept = [record for _, record in incumbents(records) if record["decision"] == "keep"]
+    # Once, in the trial right after the warm start: a check that lost leaves the warm start to the rest.
+    if len(kept) != 1 or kept[0] is not records[-1] or (kept[0].get("hypothesis") or {}).get("source") != "warm_start":
+        return None
+    cold = first()
+    if cold is None:
+        return None
+    target = cold.apply(start)
+    changes = [(knob, value) for knob, (_, value) in incumbent.diff(target).items()]
+    if not changes or key(target) in measured:
+        return None
+    (knob, value), *rest = changes
+    return Hypothesis(knob, value, f"warm-start check: the config a cold search tries first ({cold.change} on your "
+                      "config) against the warm start, another job's best", p_helps=cold.p_helps,
+                      expected_ratio=cold.expected_ratio, also=tuple(rest), source="warm_start")

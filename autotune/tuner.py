@@ -24,7 +24,7 @@ from . import measuring, recording, trial_spec, verdict as decide
 from .probes import stats
 from .learn import Memory
 from .outcome import Incumbent, Outcome, kept_product
-from .decide import next_hypotheses
+from .decide import next_hypotheses, warm_check
 from .reasoner import Hypothesis, key, rank
 from .records import RunFolder
 from .io import write_json_atomic
@@ -223,6 +223,10 @@ class Tuner:
                                                 self.job.effective_batch, self.measured, self.memory.claims,
                                                 features, least, self._allowed, skipped)
             stop_reason = spent or stop_reason
+            check = warm_check(incumbent.knobs, self.job.start, self.records, self.measured,
+                               lambda: self._first_on_start(frame, incumbent))
+            if check is not None:  # as every proposal: only=, the frame's limits, the script's settings
+                hypotheses = self._allowed([check], skipped)[0] + hypotheses
             stop = self._budget_left(trial)
             if not stop and warm is None and self.llm is not None and not self.llm.off:
                 hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
@@ -245,6 +249,13 @@ class Tuner:
                           best_measurement=best_record["measurements"][-1],
                           parallel=self.parallel.close() if self.parallel is not None else None)
         return outcome
+
+    def _first_on_start(self, frame: dict[str, Any], incumbent: Incumbent) -> Hypothesis | None:
+        """The change the ranking puts first on the user's config (decide.warm_check)."""
+        features = self.memory.features(self.job.start, incumbent.profile)
+        ranked, _ = rank(self.job.start, frame["device"], self.job.effective_batch, self.measured, self.memory.claims,
+                         features, ())
+        return next(iter(self._allowed(ranked, [])[0]), None)
 
     def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
                  ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
