@@ -1,3 +1,51 @@
-"""autotune: makes a single-GPU fine-tuning job faster by experiment."""
+"""autotune: makes a single-GPU fine-tuning job faster by experiment.
+
+The library API (the CLI is a client of it):
+
+    import autotune
+    job = autotune.job_from_dict("demo", {"model": "mlp", "smoke": True})
+    outcome = autotune.tune(job, runs_dir="runs")   # an Outcome; runs/demo/ holds the report and configs
+    advice = autotune.suggest(model="Qwen/Qwen2.5-7B", max_len=2048, effective_batch=16, gpu="4090")
+
+Names are imported on first use, so `import autotune` stays cheap (no torch, no transformers).
+"""
+
+from __future__ import annotations
+
+import sys
+import types  # both already loaded by the interpreter: `import autotune` costs nothing more
 
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it.
+_EXPORTS = {"tune": "api", "suggest": "api", "Job": "job", "job_from_dict": "job", "job_from_words": "job",
+            "Knobs": "knobs", "Outcome": "outcome", "AutotuneError": "errors", "JobError": "errors"}
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value  # once: later lookups are plain attributes
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """`autotune.suggest` is the API function, and also the name of the module `autotune/suggest.py`:
+    importing that module binds it on the package, which would hide the function. The function stays;
+    the module is `sys.modules["autotune.suggest"]` (and `from autotune.suggest import ...` works)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _EXPORTS and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

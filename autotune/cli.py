@@ -54,18 +54,12 @@ def _parser() -> argparse.ArgumentParser:
                            "progress goes to stderr")
     tune.add_argument("--fail-if-no-gain", action="store_true",
                       help=f"exit {NO_GAIN_EXIT} when no change was kept (the baseline is the best config)")
-    from . import kb_commands, suggest
+    from . import kb_commands
+    from .suggest import add_parser
 
-    suggest.add_parser(commands)
+    add_parser(commands)
     kb_commands.add_parser(commands)
     return parser
-
-
-def _inject_from_env() -> dict[int, str]:
-    """AUTOTUNE_TEST_INJECT="3:oom,4:crash": a fault in a trial, for end-to-end tests of the states."""
-    text = os.environ.get("AUTOTUNE_TEST_INJECT", "")
-    pairs = (item.split(":", 1) for item in text.split(",") if item)
-    return {int(number): fault for number, fault in pairs}
 
 
 def tune(run: str, words: list[str], runs_dir: str, as_json: bool = False, fail_if_no_gain: bool = False) -> int:
@@ -86,7 +80,8 @@ def tune(run: str, words: list[str], runs_dir: str, as_json: bool = False, fail_
 
 
 def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any, dict[str, Any]]:
-    from .executors import get_executor
+    """The job from the words (or from the run folder, for resume and review), then the library's tune."""
+    from .api import tune as tune_job
     from .job import job_from_words
 
     again = [w for w in words if w in ("resume", "review")]
@@ -99,58 +94,10 @@ def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any
         job, modes = load_job(Path(runs_dir), run), again
     else:
         job, modes = job_from_words(run, words)
-        from .inputs import check_writable_folder
-
-        check_writable_folder(Path(runs_dir), f"--runs-dir {runs_dir}")  # before the run folder is made
     if "review" in modes:
         return (job, *review(run, job, runs_dir))
-    executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python, job.ssh_config)
-    from .display import Progress
-    from .tuner import Tuner
-
-    display = Progress(max_trials=job.max_trials, time_budget_s=job.time_budget_s)
-    tuner = Tuner(job, executor, Path(runs_dir), display, _inject_from_env(), fresh="fresh" in modes)
-    # One lock from the first write to the report: a second `tune RUN` or `resume` stops (exit 2) until then.
-    with tuner.folder.locked():
-        return (job, *_tune(tuner, job, modes, executor, display))
-
-
-def _tune(tuner: Any, job: Any, modes: list[str], executor: Any, display: Any) -> tuple[Any, dict[str, Any]]:
-    from .report import write_best_config, write_report, write_results_tsv
-
-    if tuner.script is not None:
-        display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
-        for line in tuner.script.listing():
-            display.console.print(f"  {line}", highlight=False, soft_wrap=True)
-    try:
-        outcome = tuner.run(resume="resume" in modes)
-        from .realize import hand_over
-
-        if not job.is_mlp and tuner.script is None:
-            display.running(None, "hand-over: the baseline's and the best's files in `trl sft`")
-        hand_over(tuner.folder, job, executor, outcome)
-    except BaseException as error:
-        for tracker in tuner.trackers:
-            tracker.stopped(tuner, error)
-        raise
-    finally:
-        display.close()
-        close = getattr(executor, "close", None)
-        if close is not None:
-            close()
-    write_results_tsv(tuner.folder, outcome.records)
-    config = write_best_config(tuner.folder, job, outcome.best.knobs, tuner.script)
-    write_report(tuner.folder, job, outcome, config)
-    for tracker in tuner.trackers:  # the report, plots and configs exist now: the parent's artifacts
-        tracker.finish(tuner, job, outcome, config)
-    display.final_table(outcome, str(tuner.folder.path))
-    for label, edits in config.get("config_edits", {}).items():
-        settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
-        display.console.print(f"set in {label}: {settings}", highlight=False, soft_wrap=True)
-    if config.get("realized"):
-        display.console.print(config["realized"].replace("**", ""), highlight=False, soft_wrap=True)
-    display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
-    return outcome, config
+    outcome = tune_job(job, None, Path(runs_dir), fresh="fresh" in modes, resume="resume" in modes)
+    return job, outcome, outcome.best_config
 
 
 def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:

@@ -192,6 +192,17 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
     return job, modes
 
 
+def job_from_dict(run: str, keys: dict[str, Any]) -> Job:
+    """The job a job file holding `keys` makes, for a caller in Python: `{"model": "mlp", "smoke": True}`
+    passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
+    from .job_files import mapping_pairs
+
+    pairs, modes = mapping_pairs(keys, "job", Path.cwd())
+    if "fresh" in modes:
+        raise JobError("job: fresh is how a tune runs, not part of the job; give autotune.tune(job, fresh=True)")
+    return job_from_words(run, [f"{key}={value}" for key, value in pairs.items()] + modes)[0]
+
+
 def _flag(key: str, text: str) -> bool:
     if text.strip().lower() not in ("true", "false"):
         raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")

@@ -91,3 +91,4 @@ class Outcome:
         measured side by side with its incumbent, so the machine's drift over the run cancels."""
         return kept_product(self.records)
     folder: Path = field(default_factory=Path)
+    best_config: dict[str, Any] = field(default_factory=dict)  # best_config.json, once a tune wrote it

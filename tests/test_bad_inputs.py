@@ -8,6 +8,7 @@ batch, ...) are not repeated here; these are the sizes, files and folders of iss
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -306,7 +307,7 @@ def _boom(*_args, **_kwargs):
 
 
 def test_an_unforeseen_exception_is_one_line_exit_1(world, capsys, monkeypatch):
-    monkeypatch.setattr("autotune.suggest.advise", _boom)
+    monkeypatch.setattr(importlib.import_module("autotune.suggest"), "advise", _boom)  # the module, not the API
     assert main(["suggest", "model=7B", "max_len=512"]) == 1
     err = capsys.readouterr().err
     assert err.splitlines() == ["autotune: suggest: RuntimeError: an unforeseen failure with a second line; "
@@ -314,7 +315,7 @@ def test_an_unforeseen_exception_is_one_line_exit_1(world, capsys, monkeypatch):
 
 
 def test_autotune_debug_shows_the_traceback(world, capsys, monkeypatch):
-    monkeypatch.setattr("autotune.suggest.advise", _boom)
+    monkeypatch.setattr(importlib.import_module("autotune.suggest"), "advise", _boom)  # the module, not the API
     monkeypatch.setenv("AUTOTUNE_DEBUG", "1")
     assert main(["suggest", "model=7B", "max_len=512"]) == 1
     err = capsys.readouterr().err
@@ -336,7 +337,7 @@ def test_an_os_error_names_the_file(world, capsys, monkeypatch):
 
 
 def test_a_script_that_declares_latin1_is_read_as_python_reads_it(tmp_path):
-    from autotune.script.discover import discover
+    from autotune.script.styles import discover
 
     script = tmp_path / "train.py"
     script.write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + ARGPARSE.format(max_len=64, batch=2).encode())

@@ -8,7 +8,7 @@ from importlib import resources
 import pytest
 
 from autotune.errors import JobError, RecordError
-from autotune.job import job_from_words
+from autotune import job_from_dict
 from autotune.knobs import Knobs
 from autotune.records import RunFolder
 
@@ -43,7 +43,7 @@ def minimal_experiment(trial: int = 0) -> dict:
 @pytest.fixture
 def folder(tmp_path):
     run = RunFolder(tmp_path / "runs", "r")
-    job, _ = job_from_words("r", ["smoke"])
+    job = job_from_dict("r", {"smoke": True})
     run.create(job.to_dict())
     return run
 
@@ -121,7 +121,7 @@ def test_reading_a_run_with_no_experiments_is_empty(folder):
 def test_create_refuses_a_folder_that_already_holds_experiments(folder):
     folder.append_experiment(minimal_experiment(0))
     before = folder.experiments.read_bytes()
-    job, _ = job_from_words("r", ["smoke", "max_len=64"])
+    job = job_from_dict("r", {"smoke": True, "max_len": 64})
     again = RunFolder(folder.path.parent, "r")
     with pytest.raises(JobError, match="already holds a run"):
         again.create(job.to_dict())
@@ -130,7 +130,7 @@ def test_create_refuses_a_folder_that_already_holds_experiments(folder):
 
 
 def test_create_rejects_an_invalid_job(tmp_path):
-    job, _ = job_from_words("r", ["smoke"])
+    job = job_from_dict("r", {"smoke": True})
     data = job.to_dict()
     data["max_len"] = 4
     run = RunFolder(tmp_path, "r")

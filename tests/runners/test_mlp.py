@@ -8,16 +8,17 @@ import json
 import pytest
 
 from autotune.executors import LocalExecutor
-from autotune.job import MLP_KNOBS, job_from_words
+from autotune import job_from_dict
+from autotune.job import MLP_KNOBS
 from autotune.knobs import CATALOG, Knobs
 from autotune.runners import mlp
 from autotune.runners.train import TrialFault
 
-WORDS = ["model=mlp", "mlp_width=32", "mlp_depth=2", "mlp_rows=40", "max_len=16", "effective_batch=8", "smoke"]
+KEYS = {"model": "mlp", "mlp_width": 32, "mlp_depth": 2, "mlp_rows": 40, "max_len": 16, "effective_batch": 8, "smoke": True}
 
 
 def spec(tmp_path, kind: str, **knobs) -> dict:
-    job, _ = job_from_words("m", WORDS)
+    job = job_from_dict("m", KEYS)
     return {"schema_version": 1, "kind": kind, "runner": "mlp", "job": job.to_dict(),
             "knobs": Knobs(**knobs).to_dict(), "rows_path": str(tmp_path / "rows.json"),
             "measure_steps": 2, "warmup_max": 2, "ceiling": kind == "trial", "profile_steps": 1,
@@ -74,7 +75,6 @@ def test_injected_faults_end_as_states(tmp_path, framed, fault, state):
 def test_loader_workers_run_in_the_executors_child(tmp_path):
     """The executor starts trials from a fork server, whose children would start loader workers the same
     way (and fail to pickle the step plan); they are forked, as in a user's own loop."""
-    job, _ = job_from_words("m", WORDS)
     executor = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""})
     base = {**spec(tmp_path, "frame"), "model_config_path": str(tmp_path / "unused.json")}
     assert executor.run(base, tmp_path / "frame", 300)["state"] == "complete"

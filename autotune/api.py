@@ -1,0 +1,100 @@
+"""The library API: `tune(job) -> Outcome` and `suggest(**keys)`, what `autotune tune` and `autotune
+suggest` do, for a caller in Python. The CLI parses its words into a Job and calls `tune` here.
+
+Nothing here imports torch or transformers at import time: trials run in child processes, and the
+loop's modules are imported when a tune starts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .executors.base import Executor
+from .job import Job
+from .outcome import Outcome
+
+# AUTOTUNE_TEST_INJECT="3:oom,4:crash": a fault in a trial, for end-to-end tests of the states.
+INJECT_ENV = "AUTOTUNE_TEST_INJECT"
+
+
+def _inject_from_env() -> dict[int, str]:
+    text = os.environ.get(INJECT_ENV, "")
+    pairs = (item.split(":", 1) for item in text.split(",") if item)
+    return {int(number): fault for number, fault in pairs}
+
+
+def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "runs", fresh: bool = False,
+         resume: bool = False) -> Outcome:
+    """Run the whole loop on `job` into `runs_dir`/RUN/ and hand over the best config; its Outcome, with
+    `best_config` holding what best_config.json holds. Progress goes to stdout as the CLI shows it.
+
+    `executor`: where trials run (default: the job's host= one; one given here is the caller's to close).
+    `fresh`: measure every trial, even those the knowledge base holds; `resume`: continue the run's folder.
+    Bad input raises JobError, other failures AutotuneError; a failing trial is a state in the records."""
+    from .display import Progress
+    from .executors import get_executor
+    from .tuner import Tuner
+
+    runs = Path(runs_dir)
+    if not resume:
+        from .inputs import check_writable_folder
+
+        check_writable_folder(runs, f"--runs-dir {runs_dir}")  # before the run folder is made
+    own = executor is None
+    if executor is None:
+        executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python, job.ssh_config)
+    display = Progress(max_trials=job.max_trials, time_budget_s=job.time_budget_s)
+    tuner = Tuner(job, executor, runs, display, _inject_from_env(), fresh=fresh)
+    # One lock from the first write to the report: a second `tune RUN` or `resume` stops (exit 2) until then.
+    with tuner.folder.locked():
+        return _tune(tuner, job, resume, executor, display, own)
+
+
+def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: bool) -> Outcome:
+    from .realize import hand_over
+    from .report import write_best_config, write_report, write_results_tsv
+
+    if tuner.script is not None:
+        display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
+        for line in tuner.script.listing():
+            display.console.print(f"  {line}", highlight=False, soft_wrap=True)
+    try:
+        outcome = tuner.run(resume=resume)
+        if not job.is_mlp and tuner.script is None:
+            display.running(None, "hand-over: the baseline's and the best's files in `trl sft`")
+        hand_over(tuner.folder, job, executor, outcome)
+    except BaseException as error:
+        for tracker in tuner.trackers:
+            tracker.stopped(tuner, error)
+        raise
+    finally:
+        display.close()
+        close = getattr(executor, "close", None)
+        if own and close is not None:
+            close()
+    write_results_tsv(tuner.folder, outcome.records)
+    config = write_best_config(tuner.folder, job, outcome.best.knobs, tuner.script)
+    write_report(tuner.folder, job, outcome, config)
+    for tracker in tuner.trackers:  # the report, plots and configs exist now: the parent's artifacts
+        tracker.finish(tuner, job, outcome, config)
+    display.final_table(outcome, str(tuner.folder.path))
+    for label, edits in config.get("config_edits", {}).items():
+        settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
+        display.console.print(f"set in {label}: {settings}", highlight=False, soft_wrap=True)
+    if config.get("realized"):
+        display.console.print(config["realized"].replace("**", ""), highlight=False, soft_wrap=True)
+    display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
+    outcome.best_config = config
+    return outcome
+
+
+def suggest(**keys: Any) -> dict[str, Any]:
+    """What `autotune suggest key=value ...` advises, from the beliefs alone (no device): the object
+    `--json` prints (schema_version, features, start, notes, hypotheses best first, skipped). Keys as the
+    command takes them: `suggest(model="Qwen/Qwen2.5-7B", max_len=2048, effective_batch=16, gpu="4090")`."""
+    from .job_files import words_of
+    from .suggest import advise
+
+    return advise(words_of(keys, "suggest"))

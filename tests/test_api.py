@@ -1,0 +1,71 @@
+"""The library API (`import autotune`): a job built from a dict, a real tune returning its Outcome, and
+suggest, without the word grammar; `import autotune` imports nothing heavy."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import autotune
+from autotune.cli import main
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOTUNE_KB", str(tmp_path / "kb"))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    yield tmp_path
+    for signum, handler in handlers.items():  # main() installs its own; pytest's come back
+        signal.signal(signum, handler)
+
+
+def test_import_autotune_pulls_no_torch_and_names_the_api():
+    code = "import sys, autotune; print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "[]\n"
+    assert {"tune", "suggest", "Job", "Knobs", "Outcome", "job_from_dict"} <= set(dir(autotune))
+
+
+def test_a_job_from_a_dict_is_the_job_the_words_make(in_tmp):
+    keys = {"model": "mlp", "smoke": True, "max_trials": 3, "only": ["precision", "optim"]}
+    job = autotune.job_from_dict("r", keys)
+    assert isinstance(job, autotune.Job) and isinstance(job.start, autotune.Knobs)
+    assert job == autotune.job_from_words("r", ["model=mlp", "smoke", "max_trials=3", "only=precision,optim"])[0]
+    with pytest.raises(autotune.JobError, match="unknown key 'max_lenght'"):
+        autotune.job_from_dict("r", {"model": "mlp", "max_lenght": 64})
+    with pytest.raises(autotune.JobError, match="fresh=True"):
+        autotune.job_from_dict("r", {"model": "mlp", "fresh": True})
+
+
+def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, capsys):
+    """The cheapest real tune: the MLP's smoke baseline, with only= naming a knob an MLP has not got."""
+    job = autotune.job_from_dict("api", {"model": "mlp", "smoke": True, "max_trials": 2, "only": "freeze_vision_tower"})
+    outcome = autotune.tune(job, runs_dir=in_tmp / "runs")
+    assert isinstance(outcome, autotune.Outcome)
+    folder = in_tmp / "runs" / "api"
+    assert outcome.folder.resolve() == folder.resolve()
+    records = [json.loads(line) for line in (folder / "experiments.jsonl").read_text().splitlines()]
+    assert [r["trial"] for r in outcome.records] == [r["trial"] for r in records]
+    assert outcome.baseline["samples_per_s"] == records[0]["samples_per_s"] > 0
+    assert outcome.best_config == json.loads((folder / "best_config.json").read_text())
+    assert outcome.best.trial == 0 and outcome.speedup == 1.0
+    assert (folder / "report.md").is_file()
+    assert f"ready to run: {outcome.best_config['command']}" in capsys.readouterr().out
+    # The CLI reviews the run the API made: the same figures.
+    assert main(["tune", "api", "review", "--runs-dir", str(in_tmp / "runs"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["best_trial"], data["baseline_samples_per_s"], data["command"]) == (
+        0, outcome.baseline["samples_per_s"], outcome.best_config["command"])
+
+
+def test_suggest_through_the_api_is_what_the_command_prints(in_tmp, capsys):
+    advice = autotune.suggest(model="7B", max_len=512, effective_batch=16, gpu="4090")
+    assert advice["hypotheses"] and advice["features"]["max_len"] == 512
+    assert main(["suggest", "model=7B", "max_len=512", "effective_batch=16", "gpu=4090", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == advice
+    with pytest.raises(autotune.JobError):
+        autotune.suggest(model="7B", max_len="a lot")
