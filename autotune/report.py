@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from statistics import median
 from typing import Any
 
 from .job import MLP_KNOBS, Job
@@ -286,6 +287,25 @@ def _parallel_lines(parallel: dict[str, Any] | None, records: list[dict[str, Any
             "replaced)"]
 
 
+def compile_cost_s(measurement: dict[str, Any]) -> float | None:
+    """Seconds a run spent before its timed steps beyond what as many steady steps take: compilation
+    (and the first steps' warm-up), which the timing leaves out and the user pays once per run."""
+    warmup, step = measurement.get("warmup_times_s") or [], measurement.get("median_step_s")
+    return max(0.0, sum(warmup) - len(warmup) * step) if warmup and step else None
+
+
+def _compile_lines(records: list[dict[str, Any]]) -> list[str]:
+    rows = []
+    for r in records:
+        if "torch_compile" not in (r.get("change") or "") or not r["measurements"]:
+            continue
+        costs = [c for c in (compile_cost_s(m) for m in r["measurements"]) if c is not None]
+        if costs:
+            rows.append(f"- #{r['trial']} `{r['change']}`: {median(costs):.1f} s per run before the timed steps "
+                        f"(compilation and warm-up, median of {len(costs)} runs), out of the samples/s")
+    return ["", "## Compile time, out of the timing", ""] + rows if rows else []
+
+
 def _realized_lines(config: dict[str, Any]) -> list[str]:
     """The realized speed-up in `trl sft` beside the loop's, with how it was measured."""
     if not config.get("realized"):
@@ -333,6 +353,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
             r["samples_per_s"], r.get("tokens_per_s"), _percent(last.get("mfu")), _percent(last.get("hfu")), ratio,
             peak / 2**20 if peak else None, r["reason"].replace("|", "/"))) + " |"
             + (f" {_where(r.get('placement'))} |" if placed else ""))
+    lines += _compile_lines(outcome.records)
     lines += _belief_lines(outcome.records)
     lines += _llm_lines(folder.read_llm_calls(), job)
     best_breakdown = (outcome.best_measurement or {}).get("breakdown")

@@ -33,6 +33,8 @@ SUGGEST_KEYS = {
     "length_spread": "p90/p50 of row lengths, if known",
     "data_wait_share": "share of step time waiting for data, 0..1, if known",
     "kb": "the knowledge base folder (default $AUTOTUNE_KB or ~/.autotune/kb)",
+    "allow_numerics_change": "true to include settings that change the numbers (8-bit AdamW, fp8, a 4-bit LoRA base), "
+                             "as tune's key of that name does (default false)",
 }
 _SIZE = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)\s*([bBmM])(?![a-zA-Z])")
 # Transformer shape from a parameter count: N ~ 12 L h^2 with h ~ 128 L (Llama and Qwen families).
@@ -278,19 +280,28 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
     return fitting + rest
 
 
+def parse_knob_bool(key: str, text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        return lowered in ("true", "1", "yes", "on")
+    raise JobError(f"{key}={text!r}: expected true or false")
+
+
 def advise(words: list[str]) -> dict[str, Any]:
     from .kb import Store, kb_folder
     from .kb.beliefs import Beliefs
     from .reasoner import rank
 
-    features, knobs, device, notes, kb = features_from_words(words)
+    opt_in = [w for w in words if w.startswith("allow_numerics_change=")]
+    numerics = parse_knob_bool("allow_numerics_change", opt_in[-1].partition("=")[2]) if opt_in else False
+    features, knobs, device, notes, kb = features_from_words([w for w in words if w not in opt_in])
     folder = kb_folder(kb)
     if folder.exists() and not folder.is_dir():
         raise JobError(f"kb={folder}: is a file, not a knowledge-base folder; give its folder")
     beliefs = Beliefs(Store(folder)) if folder.exists() else Beliefs()
     shape = device.pop("shape")
     ready, skipped = rank(knobs, device, features["effective_batch"], set(), beliefs.claims(), features)
-    limits = job_limits(features["method"], numerics_allowed=False)
+    limits = job_limits(features["method"], numerics_allowed=numerics)
     for hypothesis in list(ready):
         why = next((limit["reason"] for limit in limits for name, value in hypothesis.changes
                     if limit["knob"] == name and limit.get("value") in (None, value)), None)

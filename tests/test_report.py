@@ -60,3 +60,17 @@ def test_vlm_settings_that_no_trainer_argument_holds_are_named_in_caveats():
     # Idefics3 / SmolVLM take the cap as a longest edge: the note names that setting instead.
     tiled = caveats(Knobs(max_image_pixels=200704), vlm="idefics3")
     assert len(tiled) == 1 and 'size={"longest_edge": k * tile}' in tiled[0] and "max_pixels" not in tiled[0]
+
+
+def test_compile_time_is_reported_out_of_the_timing():
+    from autotune.report import _compile_lines, compile_cost_s
+
+    # Two parity/warm-up steps: the first holds 4.5 s of compilation over a 0.5 s steady step.
+    compiled = {"warmup_times_s": [5.0, 0.6], "median_step_s": 0.5}
+    assert compile_cost_s(compiled) == pytest.approx(4.6)
+    assert compile_cost_s({"warmup_times_s": [], "median_step_s": 0.5}) is None
+    records = [{"trial": 3, "change": "torch_compile=True", "measurements": [compiled, compiled]},
+               {"trial": 4, "change": "padding=longest", "measurements": [compiled]}]
+    lines = _compile_lines(records)
+    assert lines[1] == "## Compile time, out of the timing"
+    assert lines[3].startswith("- #3 `torch_compile=True`: 4.6 s per run before the timed steps") and len(lines) == 4

@@ -67,6 +67,7 @@ def test_known_features_change_the_advice(capsys):
     (["model=7B", "max_len=512", "gpu_mem=lots"], "gpu_mem='lots'"),
     (["model=7B", "max_len=512", "padding_share=2"], "padding_share='2'"),
     (["model=7B", "max_len=512", "effective_batch=6", "per_device_train_batch_size=4"], "does not divide"),
+    (["model=7B", "max_len=512", "allow_numerics_change=maybe"], "allow_numerics_change='maybe'"),
 ])
 def test_bad_input_gets_one_line_and_exit_2(capsys, words, needle):
     assert main(["suggest", *words]) == 2
@@ -102,3 +103,13 @@ def test_a_local_config_with_gpt2_names_or_unknown_names(tmp_path, capsys):
     (odd / "config.json").write_text(json.dumps({"model_type": "odd"}))
     assert main(["suggest", f"model={odd}", "max_len=512"]) == 2
     assert "model=SIZE" in capsys.readouterr().err
+
+
+def test_settings_that_change_the_numbers_are_advised_only_with_the_opt_in(capsys):
+    words = ["model=Qwen/Qwen2.5-7B", "method=lora", "max_len=4096", "gpu=4090"]
+    held = advice(capsys, words)
+    assert "optim=adamw_bnb_8bit" not in changes(held)
+    assert any(s["change"] == "optim=adamw_bnb_8bit" and "allow_numerics_change=true" in s["why"]
+               for s in held["skipped"])
+    allowed = advice(capsys, words + ["allow_numerics_change=true"])
+    assert "optim=adamw_bnb_8bit" in changes(allowed)

@@ -121,3 +121,24 @@ def test_a_vlm_lora_file_names_the_language_model_layers_the_trials_adapted(tmp_
     assert not any("visual" in name or "vision" in name for name in targets)
     assert result["kwargs"]["0"]["lora_config"]["target_modules"] == targets
     assert not (run / "data").exists() and not (run / "model").exists()  # nothing trl sft could not take
+
+
+def test_a_timed_run_gets_the_environment_its_file_header_names(tmp_path, monkeypatch):
+    # expandable_segments is no trl sft field: the header says to set it, and the timed run sets it in
+    # the forked child before TRL's entry point runs (there, before anything touches CUDA).
+    import trl.cli
+
+    from autotune.trl_args import ALLOC_CONF, environment
+
+    def main() -> int:
+        os.write(1, f"{ALLOC_CONF}={os.environ.get(ALLOC_CONF)}".encode())   # fd 1: the run's log
+        return 0
+
+    monkeypatch.setattr(trl.cli, "main", main)
+    monkeypatch.delenv(ALLOC_CONF, raising=False)
+    env = environment({"expandable_segments": True})
+    assert child._forked(["sft"], tmp_path / "on.log", 60, env) == 0
+    assert (tmp_path / "on.log").read_text().strip() == f"{ALLOC_CONF}=expandable_segments:True"
+    assert child._forked(["sft"], tmp_path / "off.log", 60, environment({})) == 0
+    assert (tmp_path / "off.log").read_text().strip() == f"{ALLOC_CONF}=None"
+    assert ALLOC_CONF not in os.environ       # the parent's own environment is left as it was
