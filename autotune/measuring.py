@@ -23,14 +23,13 @@ def measure(tuner: Any, knobs: Knobs, trial: int, label: str, ceiling: bool = Fa
         tuner.display.running(trial, label)
     timeout, by_budget = trial_spec.timeout(tuner.job, tuner.started, tuner.slowest_s)
     trial_dir = tuner.folder.trial_dir(f"{trial:03d}-{tuner.runs:03d}")
-    spec = trial_spec.spec(tuner, "trial", knobs, trial, ceiling)
-    if tuner.script is not None:
-        spec["workdir"] = str(trial_dir.resolve() / "work")
-    result = tuner.executor.run(spec, trial_dir, timeout)
+    result = tuner.executor.run(trial_spec.spec(tuner, "trial", knobs, trial, ceiling, workdir=trial_dir / "work"),
+                                trial_dir, timeout)
     if result["state"] == "invalid" and result.get("remeasure"):
         # The GPU slowed itself (thermal, power brake): that window measured the cooling. Once more.
-        result = tuner.executor.run(trial_spec.spec(tuner, "trial", knobs, trial, ceiling),
-                                    tuner.folder.trial_dir(f"{trial:03d}-{tuner.runs:03d}-again"), timeout)
+        again = tuner.folder.trial_dir(f"{trial:03d}-{tuner.runs:03d}-again")
+        result = tuner.executor.run(trial_spec.spec(tuner, "trial", knobs, trial, ceiling, workdir=again / "work"),
+                                    again, timeout)
     tuner.placement = result.get("placement", tuner.placement)
     if result["state"] == "complete" and result.get("placement"):
         result["measurement"]["placement"] = result["placement"]  # which card: comparisons stay on one

@@ -15,6 +15,7 @@ from typing import Any
 
 from .job import Job
 from .knobs import Knobs
+from .messages import rows_needed
 from .probes.timing import median
 
 
@@ -52,18 +53,26 @@ def runner_for(job: Job) -> str:
     return "mlp" if job.is_mlp else "hf"
 
 
-def spec(tuner: Any, kind: str, knobs: Knobs, trial: int, ceiling: bool = False) -> dict[str, Any]:
-    """The spec of one run of `knobs` (a "frame" or a "trial") for the tuner's job and run folder."""
+def spec(tuner: Any, kind: str, knobs: Knobs, trial: int, ceiling: bool = False,
+         peak_cache: dict[str, Any] | None = None, workdir: Path | None = None) -> dict[str, Any]:
+    """The spec of one run of `knobs` (a "frame" or a "trial") for the tuner's job and run folder: the one
+    place a spec is built (messages.TrialSpec is its form; the executor checks it as it writes it).
+
+    `peak_cache` (the frame only): peaks measured before on this device; `workdir` (a script's trial):
+    the folder its mirror of the user's tree goes in."""
+    extra: dict[str, Any] = {"peak_cache": peak_cache} if peak_cache is not None else {}
     if tuner.script is not None:
-        return script_spec(tuner, kind, knobs, trial)
+        if workdir is not None:
+            extra["workdir"] = str(workdir.resolve())
+        return {**script_spec(tuner, kind, knobs, trial), **extra}
     return {
         "schema_version": 1, "kind": kind, "runner": runner_for(tuner.job), "job": tuner.job.to_dict(),
         "knobs": knobs.to_dict(), "rows_path": str(tuner.folder.rows.resolve()),
         "model_config_path": str(tuner.folder.model_config.resolve()),
-        "rows_needed": tuner.job.effective_batch * (2 + tuner.steps.measure_steps),
+        "rows_needed": rows_needed(tuner.job.effective_batch, tuner.steps.measure_steps),
         "measure_steps": tuner.steps.measure_steps, "warmup_max": tuner.steps.warmup_max,
         "ceiling": ceiling, "inject_fault": tuner.inject.get(trial) if kind == "trial" else None,
-        "peaks": tuner.peaks, "profile_steps": PROFILE_STEPS,
+        "peaks": tuner.peaks, "profile_steps": PROFILE_STEPS, **extra,
     }
 
 

@@ -101,7 +101,7 @@ class Tuner:
     def frame(self) -> dict[str, Any]:
         if self.display:
             self.display.running(None, "frame: device, model and data")
-        spec = {**trial_spec.spec(self, "frame", self.job.start, 0), "peak_cache": read_peak_cache(self.kb)}
+        spec = trial_spec.spec(self, "frame", self.job.start, 0, peak_cache=read_peak_cache(self.kb))
         result = self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S)
         if result["state"] != "complete":
             raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")

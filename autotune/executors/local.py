@@ -7,7 +7,6 @@ starts each trial as `python -m autotune.runners.X` instead (another interpreter
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..io import write_json_atomic
+from ..messages import read_result, write_spec
 from ..runners.common import OWNER_ENV, STDERR_TAIL, run_forked
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.mlp",
@@ -94,7 +93,9 @@ class LocalExecutor:
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
         result_path.unlink(missing_ok=True)
-        write_json_atomic(spec_path, spec)
+        refused = write_spec(spec_path, spec)
+        if refused is not None:
+            return refused
         started = time.monotonic()
         child = self._start(spec, trial_dir)
         try:
@@ -109,7 +110,7 @@ class LocalExecutor:
             return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",
                     "wall_s": wall, "exit_code": None}
         if result_path.exists():
-            result = json.loads(result_path.read_text())
+            result = read_result(result_path.read_bytes(), str(result_path))
             result.update(wall_s=wall, exit_code=code)
             if result["state"] == "crash":
                 result["stderr_tail"] = _tail(trial_dir / "stderr.txt")

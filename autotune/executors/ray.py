@@ -32,7 +32,7 @@ import ray
 import ray.exceptions
 
 from ..errors import AutotuneError
-from ..io import write_json_atomic
+from ..messages import read_result, write_spec
 from .local import LocalExecutor
 from .ray_slots import LABEL, cluster_models, pack, pack_paths, pick_model, slot_folder, unpack
 
@@ -116,7 +116,9 @@ class Slot:
 
     def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
         trial_dir.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(trial_dir / "spec.json", spec)
+        refused = write_spec(trial_dir / "spec.json", spec)
+        if refused is not None:
+            return {**refused, "placement": self.placement}
         started = time.monotonic()
         if not self.alive:
             return self._lost("it was lost earlier", started)
@@ -141,7 +143,7 @@ class Slot:
             (trial_dir / file).write_text(text)
         if written is not None:
             self.owner.received(spec, written)
-        return {**result, "placement": self.placement}
+        return {**read_result(result, f"{self.label()}: {trial_dir.name}/result.json"), "placement": self.placement}
 
     def _lost(self, why: str, started: float) -> dict[str, Any]:
         return {"state": "crash", "reason": f"node {self.where['ip']} (GPU {self.where['gpu'] or '?'}): {why}",

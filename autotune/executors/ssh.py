@@ -33,6 +33,7 @@ import paramiko
 
 from ..errors import AutotuneError
 from ..inputs import check_run_name
+from ..messages import read_result, write_spec
 from ..runners.common import STDERR_TAIL
 from . import ssh_chain, ssh_route
 
@@ -172,7 +173,9 @@ class SSHExecutor:
         remote = f"{self.remote_run}/{trial_dir.name}"
         spec = {**spec, "rows_path": f"{self.remote_run}/rows.json",
                 "model_config_path": f"{self.remote_run}/model_config.json"}
-        (trial_dir / "spec.json").write_text(json.dumps(spec))
+        refused = write_spec(trial_dir / "spec.json", spec)
+        if refused is not None:
+            return refused
         started = time.monotonic()
         deadline = started + timeout_s
         while True:
@@ -241,8 +244,9 @@ class SSHExecutor:
         wall = round(time.monotonic() - started, 3)
         if "result.json" in names:
             with sftp.open(f"{remote}/result.json") as handle:
-                result = json.loads(handle.read().decode())
-            (trial_dir / "result.json").write_text(json.dumps(result))
+                raw = handle.read()
+            (trial_dir / "result.json").write_bytes(raw)
+            result = read_result(raw, f"{self.host}:{remote}/result.json")
             result.update(wall_s=wall, exit_code=code)
             if result["state"] == "crash":
                 result["stderr_tail"] = tail

@@ -14,7 +14,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from ..errors import RecordError
 from ..io import write_json_atomic
+from ..messages import TrialSpec, rejected
+from ..schemas import violation
 
 STDERR_TAIL = 2000
 # The process whose trial this is (the tuner, or a Ray slot's actor): set by the local executor.
@@ -110,27 +113,50 @@ def die_with_owner() -> None:
 
 
 def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
-            fault_type: type, spec_path: Path, result_path: Path) -> int:
-    """Run `body(spec)` and always leave a result file while the process lives; the exit code."""
+            fault_type: type, spec_path: Path, result_path: Path, typed: bool = True) -> int:
+    """Run `body(spec)` and always leave a result file while the process lives; the exit code.
+
+    The spec is read as a TrialSpec (`typed`; the hand-over step's is its runner's own) and the result
+    written as a RunResult: either one malformed ends the run as `invalid` with the reason. `body` gets
+    a copy of the spec, and one it changed ends the run as a crash: a runner never writes into its inputs."""
     die_with_owner()
-    spec = json.loads(Path(spec_path).read_text())
     started = time.time()
     try:
-        result = {"state": "complete", "reason": "", **body(spec)}
-    except fault_type as fault:
-        result = {"state": fault.state, "reason": fault.reason, **getattr(fault, "details", {})}
-    except Exception as error:  # noqa: BLE001 - every failure becomes a recorded state
-        if is_oom(error):
-            result = {"state": "oom", "reason": f"out of memory: {str(error).splitlines()[0][:300]}"}
-        else:
-            tail = traceback.format_exc()[-STDERR_TAIL:]
-            result = {"state": "crash", "reason": f"{error.__class__.__name__}: {error}"[:500], "traceback": tail}
+        raw = json.loads(Path(spec_path).read_text())
+        spec = TrialSpec.from_dict(raw, str(spec_path)).to_dict() if typed else raw
+    except (ValueError, RecordError) as error:
+        spec, result = None, {"state": "invalid", "reason": f"{error}"[:600]}
+    if spec is not None:
+        given = json.loads(json.dumps(spec))
+        result = _run(body, is_oom, fault_type, given)
+        if given != spec:
+            changed = sorted(key for key in {*spec, *given} if spec.get(key) != given.get(key))
+            result = {"state": "crash", "reason": f"the runner wrote into its spec ({', '.join(changed)}): a runner's "
+                      "inputs are read-only; derive what it needs into its own values"}
     result.update(schema_version=1, wall_s=round(time.time() - started, 3))
+    problem = violation("run_result", result)
+    if problem is not None:
+        result = {**rejected(result, f"the runner's result is {problem}"), "schema_version": 1,
+                  "wall_s": result["wall_s"]}
     write_json_atomic(result_path, result)
     measurement = result.get("measurement") or {}
     summary = f"samples/s={measurement['samples_per_s']:.3f}" if "samples_per_s" in measurement else result["reason"]
     print(f"autotune runner: {result['state']} {summary}", flush=True)
     return 0 if result["state"] == "complete" else 1
+
+
+def _run(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
+         fault_type: type, spec: dict[str, Any]) -> dict[str, Any]:
+    """`body(spec)` as a result: expected faults and every exception become states."""
+    try:
+        return {"state": "complete", "reason": "", **body(spec)}
+    except fault_type as fault:
+        return {"state": fault.state, "reason": fault.reason, **getattr(fault, "details", {})}
+    except Exception as error:  # noqa: BLE001 - every failure becomes a recorded state
+        if is_oom(error):
+            return {"state": "oom", "reason": f"out of memory: {str(error).splitlines()[0][:300]}"}
+        tail = traceback.format_exc()[-STDERR_TAIL:]
+        return {"state": "crash", "reason": f"{error.__class__.__name__}: {error}"[:500], "traceback": tail}
 
 
 def is_oom(error: BaseException) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..messages import PARITY_STEPS
 from . import common
 
 # Rows the frame samples for the length spread of a real dataset.
@@ -106,7 +107,7 @@ def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dic
         del model
     else:
         engine = Engine(build_model(job, knobs, device, config), knobs, device)
-        reading = worst_case_peak(engine, knobs, job, stored["vocab_size"], vision, stored["rows"])
+        reading = worst_case_peak(engine, knobs, job, stored["vocab_size"], stored["pad_id"], vision, stored["rows"])
         del engine
     gc.collect()
     if device == "cuda":  # CUDA-only
@@ -134,10 +135,9 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
 
     # The config's allocator settings, before anything starts CUDA in this child.
     os.environ.update(environment(spec["knobs"]))
-    job, knobs, device = dict(spec["job"]), spec["knobs"], common.setup_device(spec)
+    job, knobs, device = spec["job"], spec["knobs"], common.setup_device(spec)
     common.inject_early_fault(spec.get("inject_fault"))
     stored = read_rows(Path(spec["rows_path"]))
-    job["pad_id"] = stored["pad_id"]
     config = load_config(Path(spec["model_config_path"]))
     vision = vision_rows(job, knobs, config, stored, Path(spec["rows_path"]))
     ceiling = _ceiling(spec, job, device, stored, vision) if spec.get("ceiling") else None
@@ -152,13 +152,13 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     memory.reset_peak(device)
     sampler = nvml.Sampler(device).start()
     try:
-        log = run_steps(engine, stored["rows"], knobs, job, spec["measure_steps"], spec["warmup_max"],
+        log = run_steps(engine, stored["rows"], knobs, job, stored["pad_id"], spec["measure_steps"], spec["warmup_max"],
                         inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False),
                         profile_steps=spec.get("profile_steps", 0), window=sampler, vision=vision)
     finally:
         sampler.stop()
     peak = memory.read_peak(device)
-    first = 2 * job["effective_batch"]
+    first = PARITY_STEPS * job["effective_batch"]  # the measured rows follow the parity steps' rows
     measured = range(first, first + log.measured_rows)
     from .vision_frame import vlm_flops
 
@@ -193,7 +193,7 @@ def _text_trial(spec: dict[str, Any], job: dict[str, Any], knobs: dict[str, Any]
         log = instruments.close()
         sampler.stop()
     peak = memory.read_peak(device)
-    first = 2 * job["effective_batch"]
+    first = PARITY_STEPS * job["effective_batch"]  # the measured rows follow the parity steps' rows
     window_flops = flops.step_flops(flops.matmul_params(trainer.model), flops.attention_shape(config),
                                     [len(rows[r]) for r in range(first, first + log.measured_rows)],
                                     knobs["gradient_checkpointing"])

@@ -164,15 +164,16 @@ def _train(engine: Any, features: Any, labels: Any, knobs: dict[str, Any], spec:
            window: Any) -> Any:
     """The HF runner's step discipline on MLP rows: parity steps, detected warm-up, measured steps
     (inside `window`, the NVML sampler), then profiled steps timed phase by phase."""
+    from ..messages import measured_ids, parity_ids, rows_needed
     from .batching import step_plan
     from .train import Plan, train_loop
 
     effective_batch, micro = spec["job"]["effective_batch"], knobs["per_device_train_batch_size"]
     measure = spec["measure_steps"]
-    plan = Plan(step_plan(list(range(2 * effective_batch)), effective_batch, micro),
-                step_plan(list(range(2 * effective_batch, (2 + measure) * effective_batch)), effective_batch, micro),
+    plan = Plan(step_plan(parity_ids(effective_batch), effective_batch, micro),
+                step_plan(measured_ids(effective_batch, measure), effective_batch, micro),
                 spec["warmup_max"], spec.get("profile_steps", 0))
-    targets_per_row = [1] * ((2 + measure) * effective_batch)  # an MLP row has one label
+    targets_per_row = [1] * rows_needed(effective_batch, measure)  # an MLP row has one label
     return train_loop(engine, Batches(features, labels), plan, targets_per_row, knobs, effective_batch,
                       spec.get("inject_fault"), window)
 

@@ -350,7 +350,7 @@ def interleave(spec: dict[str, Any], files: dict[str, Path], work: Path) -> dict
 
 
 def entry(spec_path: Path, result_path: Path) -> int:
-    return common.execute(body, lambda error: False, RealizeFault, spec_path, result_path)
+    return common.execute(body, lambda error: False, RealizeFault, spec_path, result_path, typed=False)
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ import types
 from pathlib import Path
 from typing import Any
 
+from ..messages import PARITY_STEPS
 from . import common
-from .script_losses import PARITY_STEPS, LossReader, patch_cross_entropy
+from .script_losses import LossReader, patch_cross_entropy
 
 
 _is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
@@ -225,7 +226,7 @@ class Meter:
         self.rows = self.tokens = self.padded = self.calls = 0
         if len(self.ends) == PARITY_STEPS:
             self.reader.restore()   # the timed steps run with the script's own dropout
-        if len(self.ends) >= 2 + self.warmup + self.measure:
+        if len(self.ends) >= PARITY_STEPS + self.warmup + self.measure:
             raise MeasurementDone()
 
     @property
@@ -283,10 +284,10 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
             handle.remove()
         sys.argv, sys.path[:] = old_argv, old_path
         os.chdir(old_cwd)
-    needed = 2 + spec["warmup_max"] + spec["measure_steps"]
+    needed = PARITY_STEPS + spec["warmup_max"] + spec["measure_steps"]
     if len(meter.ends) < needed:
         raise TrialFault("invalid", f"the script ended after {len(meter.ends)} optimizer steps; measuring needs "
-                         f"{needed} (2 parity, {spec['warmup_max']} warm-up, {spec['measure_steps']} measured)")
+                         f"{needed} ({PARITY_STEPS} parity, {spec['warmup_max']} warm-up, {spec['measure_steps']} measured)")
     times = [b - a for a, b in zip(meter.ends, meter.ends[1:])]
     measured, warmup = times[-spec["measure_steps"]:], times[:-spec["measure_steps"]]
     rows = sum(meter.step_rows[-spec["measure_steps"]:])

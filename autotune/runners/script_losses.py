@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-PARITY_STEPS = 2
+from ..messages import PARITY_STEPS
+
 # The returned loss and its recomputation from the same logits agree to float rounding; at random
 # weights the two alignments' means differ by little more, so the closer one within this is taken.
 _LOSS_MATCH = 1e-4

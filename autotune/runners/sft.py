@@ -24,6 +24,7 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer
 
+from ..messages import measured_ids as measured_row_ids, parity_ids
 from ..probes import memory
 from .batching import step_plan, worst_case_rows
 from .common import loader_context
@@ -73,8 +74,7 @@ class PlanSampler(torch.utils.data.Sampler):
 def text_plan(rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any], measure_steps: int,
               warmup_max: int, profile_steps: int) -> Plan:
     effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
-    parity_ids = list(range(2 * effective_batch))
-    measured_ids = list(range(2 * effective_batch, (2 + measure_steps) * effective_batch))
+    parity, measured_ids = parity_ids(effective_batch), measured_row_ids(effective_batch, measure_steps)
     if knobs["group_by_length"]:
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -82,7 +82,7 @@ def text_plan(rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any],
         grouped = LengthGroupedSampler(effective_batch, lengths=[len(rows[r]) for r in measured_ids],
                                        generator=torch.Generator().manual_seed(job.get("seed", 0)))
         measured_ids = [measured_ids[i] for i in grouped]
-    return Plan(step_plan(parity_ids, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
+    return Plan(step_plan(parity, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
                 warmup_max, profile_steps)
 
 

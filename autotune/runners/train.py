@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ..messages import measured_ids as measured_row_ids, parity_ids
 from ..probes import memory
 from ..probes.profile import PhaseTimer
 from ..probes.timing import StepTimer, warmed_up
@@ -184,7 +185,7 @@ def _row_losses(token_losses: torch.Tensor, labels: torch.Tensor, slots: torch.T
         into[row] = float(token_losses[chosen].mean()) if chosen.any() else 0.0
 
 
-def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any],
+def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any], pad_id: int,
               measure_steps: int, warmup_max: int, inject: str | None = None, leak_packed_rows: bool = False,
               profile_steps: int = 0, window: Any = None, vision: Any = None) -> StepLog:
     """Parity steps, detected warm-up, the measured steps, then `profile_steps` steps timed phase by
@@ -195,17 +196,16 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     """
     effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
     lengths = [len(r) for r in rows]
-    parity_ids = list(range(2 * effective_batch))
-    measured_ids = list(range(2 * effective_batch, (2 + measure_steps) * effective_batch))
+    parity, measured_ids = parity_ids(effective_batch), measured_row_ids(effective_batch, measure_steps)
     if knobs["group_by_length"]:
         # Within each optimizer step: every step keeps its rows (paired statistics and the loss stay
         # exact), and its micro-batches hold rows of similar length (less padding).
         measured_ids = [r for start in range(0, len(measured_ids), effective_batch)
                         for r in group_by_length(measured_ids[start:start + effective_batch], lengths, micro)]
-    plan = Plan(step_plan(parity_ids, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
+    plan = Plan(step_plan(parity, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
                 warmup_max, profile_steps)
     ignore = vision.ignore if vision is not None else frozenset()
-    return train_loop(engine, MicroBatches(rows, knobs, job["max_len"], job["pad_id"], leak_packed_rows, vision), plan,
+    return train_loop(engine, MicroBatches(rows, knobs, job["max_len"], pad_id, leak_packed_rows, vision), plan,
                       [row_targets(r, ignore) for r in rows], knobs, effective_batch, inject, window)
 
 
@@ -289,7 +289,7 @@ def train_loop(engine: Any, dataset: Any, plan: Plan, targets_per_row: list[int]
     return log
 
 
-def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], vocab_size: int,
+def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], vocab_size: int, pad_id: int,
                     vision: Any = None, stored_rows: list[list[int]] | None = None) -> dict[str, Any]:
     """Peak memory of full optimizer steps on micro-batches of max_len rows.
 
@@ -300,10 +300,10 @@ def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], 
     micro, max_len = knobs["per_device_train_batch_size"], job["max_len"]
     if vision is not None:
         row_ids, rows = vision.worst_case(micro, max_len, stored_rows)
-        batch = MicroBatches(rows, knobs, max_len, job["pad_id"], vision=vision).batch(row_ids, rows)
+        batch = MicroBatches(rows, knobs, max_len, pad_id, vision=vision).batch(row_ids, rows)
     else:
         rows = worst_case_rows(micro, max_len, vocab_size)
-        batch = collate(rows, knobs["padding"], max_len, job["pad_id"], knobs["attn_implementation"])
+        batch = collate(rows, knobs["padding"], max_len, pad_id, knobs["attn_implementation"])
     accumulated = min(2, job["effective_batch"] // micro)
     try:
         two_full_steps(engine, batch, accumulated, accumulated * micro * (max_len - 1))

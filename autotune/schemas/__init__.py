@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import RecordError
 
-NAMES = ("job", "knobs", "trial_spec", "measurement", "experiment", "llm_proposal", "llm_call", "realized")
+NAMES = ("job", "knobs", "trial_spec", "run_result", "measurement", "experiment", "llm_proposal", "llm_call",
+         "realized")
 
 
 def load(name: str) -> dict[str, Any]:
