@@ -76,4 +76,4 @@ def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], me
     (knob, value), *rest = changes
     return Hypothesis(knob, value, f"warm-start check: the config a cold search tries first ({cold.change} on your "
                       "config) against the warm start, another job's best", p_helps=cold.p_helps,
-                      expected_ratio=cold.expected_ratio, also=tuple(rest), source="warm_start")
+                      expected_ratio=cold.expected_ratio, also=tuple(rest), source="warm_check")

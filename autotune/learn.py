@@ -102,7 +102,7 @@ class Memory:
                                      hypothesis.to_dict() if hypothesis else None)
         outcome = outcome_of(record)
         # A combined warm start or pooled change says nothing about which of its parts did what.
-        combined = hypothesis is not None and hypothesis.source in ("warm_start", "pooled", "model") and bool(hypothesis.also)
+        combined = hypothesis is not None and hypothesis.source in ("warm_start", "warm_check", "pooled", "model") and bool(hypothesis.also)
         if hypothesis is None or outcome is None or combined:
             return []
         experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
@@ -122,7 +122,7 @@ class Memory:
         if not hypothesis or outcome is None or (trial["state"] == "replayed" and not trial.get("replayed_from")):
             return []  # nothing to learn, or a replay recorded before replays named their source
         names = [part.split("=", 1)[0] for part in str(hypothesis.get("change") or "").split("+")]
-        if len(names) > 1 and hypothesis.get("source") in ("warm_start", "pooled", "model"):
+        if len(names) > 1 and hypothesis.get("source") in ("warm_start", "warm_check", "pooled", "model"):
             return []  # as in `learn`: a combined change says nothing about its parts
         experiment = trial.get("replayed_from") or trial["experiment"]
         self.beliefs = Beliefs(self.store)

@@ -230,7 +230,7 @@ def _change_cell(record: dict[str, Any]) -> str:
     if not record["change"]:
         return "baseline"
     proposer = (record.get("hypothesis") or {}).get("source")
-    return f"`{record['change']}`" + {"llm": " (LLM)", "warm_start": " (warm start)", "pooled": " (pooled)"}.get(proposer, "")
+    return f"`{record['change']}`" + {"llm": " (LLM)", "warm_start": " (warm start)", "warm_check": " (warm-start check)", "pooled": " (pooled)"}.get(proposer, "")
 
 
 def _llm_lines(calls: list[dict[str, Any]], job: Job) -> list[str]:

@@ -15,7 +15,7 @@ def test_a_kept_warm_start_is_checked_once_against_the_cold_first_step():
                                  source="warm_start")]
     check = warm_check(WARM, START, records, {key(START), key(WARM)}, lambda: FIRST)
     # One config: the user's with its first change, so the warm start's padding is undone in the same trial.
-    assert check is not None and check.source == "warm_start"
+    assert check is not None and check.source == "warm_check"   # its own label in the report, split like a warm start
     assert check.apply(WARM) == START.with_change("per_device_train_batch_size", 8)
     assert "padding=max_length" in check.change
     # Once: after the check (kept or not) the rest of the search goes on from what it decided.

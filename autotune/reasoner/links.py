@@ -123,7 +123,7 @@ def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple
         return []
     before, record = kept[-1]  # the trial that made this incumbent
     source = (record.get("hypothesis") or {}).get("source")
-    if source not in ("warm_start", "pooled") or "+" not in (record["change"] or ""):
+    if source not in ("warm_start", "warm_check", "pooled") or "+" not in (record["change"] or ""):
         return []
     order = [knob for knob, _ in CATALOG_ORDER]
     out = []

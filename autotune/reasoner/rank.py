@@ -71,7 +71,7 @@ class Hypothesis:
     score: float = 0.0
     claims: tuple[str, ...] = ()
     also: tuple[tuple[str, Any], ...] = ()
-    source: str = "rank"                 # rank | warm_start | llm | pooled: who proposed it
+    source: str = "rank"                 # rank | warm_start | warm_check | llm | pooled | model: who proposed it
 
     @property
     def changes(self) -> tuple[tuple[str, Any], ...]:
