@@ -60,12 +60,11 @@ def _connect_hop(host: str, route: tuple[Hop, ...], hop: Hop, sock: paramiko.Cha
                  trust_new: bool) -> paramiko.SSHClient:
     files = [Path(name) for name in hop.known_hosts]
     client = paramiko.SSHClient()
-    # Read by our loader, never saved by paramiko: the file is only appended to (known_hosts.py).
-    revoked: set[tuple[str, str]] = set()
-    for file in files:
-        revoked |= known_hosts.load(client, file)
+    # Read by our loader, never saved by paramiko: the file is only appended to (known_hosts.py). All
+    # files at once: a key revoked in one of them is not trusted because another lists it.
+    revoked = known_hosts.load(client, files)
     trust = known_hosts.TrustNew(revoked) if trust_new else None
-    client.set_missing_host_key_policy(trust or paramiko.RejectPolicy())
+    client.set_missing_host_key_policy(trust or known_hosts.Refuse(revoked))
     where = label(host, route, hop)
     try:
         # IdentityFile lines (or ssh_key=) replace the default ~/.ssh/id_* keys, as in ssh; the agent's

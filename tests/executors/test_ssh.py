@@ -218,3 +218,20 @@ def test_a_revoked_host_key_is_refused_even_with_trust_new(sshd, monkeypatch):
     with pytest.raises(AutotuneError, match="revoked"):
         SSHExecutor(sshd.host, "revoked", trust_new=True, python=sys.executable).connect()
     assert known.read_text() == f"@revoked * {key}\n{sshd.known}"
+
+
+@pytest.mark.parametrize("trust_new", [False, True])
+def test_a_key_revoked_in_one_known_hosts_file_is_refused_though_another_lists_it(sshd, tmp_path, monkeypatch,
+                                                                                   trust_new):
+    # UserKnownHostsFile a b: OpenSSH refuses a key that a revokes, whichever file lists it.
+    key = " ".join(sshd.known.split()[1:])
+    revoking, listing = tmp_path / "revoking_hosts", tmp_path / "listing_hosts"
+    revoking.write_text(f"@revoked * {key}\n")
+    listing.write_text(sshd.known)
+    config = tmp_path / "ssh_config"
+    config.write_text(f"Host *\n  UserKnownHostsFile {revoking} {listing}\n")
+    monkeypatch.setenv("HOME", str(sshd.home))
+    with pytest.raises(AutotuneError) as caught:
+        SSHExecutor(sshd.host, "revoked", trust_new=trust_new, python=sys.executable, config=str(config)).connect()
+    assert "revoked" in str(caught.value) and "ssh-keyscan" not in str(caught.value), caught.value
+    assert revoking.read_text() == f"@revoked * {key}\n" and listing.read_text() == sshd.known
