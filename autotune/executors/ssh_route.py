@@ -67,6 +67,7 @@ def route(host: str, config_path: str = "", key: str = "") -> tuple[Hop, ...]:
     """The hops to `host`, jump hosts first. `config_path` "" is ~/.ssh/config, read if it exists; `key`
     (ssh_key=) replaces the target's IdentityFile lines. Anything unusable is one `JobError` line naming
     `host` and the hop."""
+    _check_local_user(host)
     path = Path(config_path or DEFAULT_CONFIG).expanduser()
     config = load(path) if config_path or path.is_file() else SSHConfig()
     return _route(config, path, host, host, key, None, 0)
@@ -92,7 +93,11 @@ def _lines(path: Path, depth: int) -> list[str]:
         if not match:
             out.append(line if line.endswith("\n") else line + "\n")
             continue
-        for pattern in shlex.split(match.group(1)):
+        try:
+            patterns = shlex.split(match.group(1))
+        except ValueError as error:  # an unbalanced quote
+            raise JobError(f"ssh_config {path}: cannot read its line {line.strip()!r} ({error})") from None
+        for pattern in patterns:
             pattern = os.path.expanduser(pattern)
             if not os.path.isabs(pattern):
                 pattern = os.path.join(os.path.expanduser("~/.ssh"), pattern)
@@ -122,7 +127,11 @@ def _route(config: SSHConfig, path: Path, host: str, spec: str, key: str, jumps:
     for file in keys:
         if not Path(file).is_file():
             raise JobError(f"{what}: its key file {file} (IdentityFile in {path}) does not exist")
-    known = tuple(os.path.expanduser(p) for p in shlex.split(options.get("userknownhostsfile", KNOWN_HOSTS)))
+    listed = options.get("userknownhostsfile", KNOWN_HOSTS)
+    try:
+        known = tuple(os.path.expanduser(p) for p in shlex.split(listed))
+    except ValueError as error:  # an unbalanced quote
+        raise JobError(f"{what}: UserKnownHostsFile {listed!r} in {path} cannot be read ({error})") from None
     hop = Hop(name=spec, hostname=options["hostname"], port=port, user=user or options.get("user") or getpass.getuser(),
               keys=keys, identities_only=options.get("identitiesonly", "no").lower() == "yes", known_hosts=known)
     if jumps is None:
@@ -133,3 +142,15 @@ def _route(config: SSHConfig, path: Path, host: str, spec: str, key: str, jumps:
     # `ProxyJump a,b`: b is reached through a (its own ProxyJump overridden), a by its own entry.
     *before, last = jumps
     return (*_route(config, path, host, last, "", tuple(before) if before else None, depth + 1), hop)
+
+
+
+def _check_local_user(host: str) -> None:
+    """paramiko's lookup asks getpass for this machine's user (the %u token) whether a token needs it
+    or not; getpass reads LOGNAME/USER/LNAME/USERNAME, then the passwd entry, which a container run
+    under an arbitrary uid may lack. ssh itself refuses to run then; here it is one line saying what to set."""
+    try:
+        getpass.getuser()
+    except (KeyError, OSError):
+        raise JobError(f"host {host}: this machine's user has no name (USER is not set and uid {os.getuid()} has "
+                       "no passwd entry), which reading the SSH config needs; set USER=NAME and run again") from None

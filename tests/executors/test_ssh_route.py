@@ -110,6 +110,10 @@ def test_user_known_hosts_file_of_the_entry_is_where_keys_are_checked(home):
     ("Host gpu-box\n  Port 99999\n", "gpu-box", ["host gpu-box:", "99999", "not a usable"]),
     ("Host gpu-box\n  ProxyJump bad host!\n", "gpu-box", ["host 'bad host!'", "[user@]host[:port]"]),
     ("Host gpu-box\n  Port\n", "gpu-box", ["ssh_config", "Unparsable line Port"]),
+    # An unbalanced quote: shlex's ValueError, once a traceback.
+    ('Include "conf.d/*.conf\n', "gpu-box", ["ssh_config", "Include", "No closing quotation"]),
+    ('Host gpu-box\n  UserKnownHostsFile "~/lab hosts\n', "gpu-box",
+     ["host gpu-box:", "UserKnownHostsFile", "No closing quotation"]),
 ])
 def test_what_cannot_be_used_is_one_line_naming_the_host_and_the_hop(home, text, host, words):
     config = write(home, text)
@@ -117,6 +121,28 @@ def test_what_cannot_be_used_is_one_line_naming_the_host_and_the_hop(home, text,
         route(host, str(config))
     message = str(caught.value)
     assert "\n" not in message and all(word in message for word in words), message
+
+
+def test_without_a_local_user_name_the_refusal_is_one_line_saying_what_to_set(home, monkeypatch):
+    # A container under a uid with no passwd entry and no USER: getpass.getuser() raises, and paramiko's
+    # lookup calls it for any host, a user@ip one too.
+    import pwd
+
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_entry(uid):
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    config = write(home, "Host gpu-box\n  HostName 10.0.0.7\n")
+    for host in ("gpu-box", "me@gpu-box"):
+        with pytest.raises(JobError) as caught:
+            route(host, str(config))
+        message = str(caught.value)
+        assert "\n" not in message and message.startswith(f"host {host}:") and "set USER=" in message, message
+    monkeypatch.setenv("USER", "envuser")                           # the way out the line names
+    assert addresses(route("gpu-box", str(config))) == ["envuser@10.0.0.7:22"]
 
 
 def test_a_named_config_that_does_not_exist_is_refused(home):
