@@ -266,7 +266,8 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         raise JobError(f"ssh_key={pairs['ssh_key']!r}: no such file; expected {JOB_KEYS['ssh_key']}")
     if not is_ssh(host) and any(k in pairs for k in SSH_KEYS):
         raise JobError(f"{', '.join(SSH_KEYS)} go with an SSH host: host=user@host[:port] or host=ALIAS")
-    if "ssh_config" in pairs and not Path(pairs["ssh_config"]).expanduser().is_file():
+    # /dev/null too: no config at all, as `ssh -F /dev/null`.
+    if "ssh_config" in pairs and not Path(pairs["ssh_config"]).expanduser().is_file() and pairs["ssh_config"] != "/dev/null":
         raise JobError(f"ssh_config={pairs['ssh_config']!r}: no such file; expected {JOB_KEYS['ssh_config']}")
     if "kb" in pairs:  # the tune writes there: a file or an unwritable folder is refused before the run folder
         check_writable_folder(Path(pairs["kb"]), f"kb={pairs['kb']}")

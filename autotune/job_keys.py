@@ -18,9 +18,10 @@ JOB_KEYS = {
     "host": "local, user@host[:port] or a Host alias of your SSH config (host=gpu-box) of a box reachable over SSH "
             "(trials run there; records stay here), or "
             "ray (the Ray cluster at RAY_ADDRESS) or ray://HEAD:PORT: trials in parallel, one GPU each",
-    "ssh_key": "a private key file for host= (default: the SSH agent, then ~/.ssh/id_*)",
+    "ssh_key": "a private key file for host=, in place of the SSH config's IdentityFile lines (default: those "
+               "lines, then the SSH agent unless IdentitiesOnly; without them the agent, then ~/.ssh/id_*)",
     "ssh_config": "the SSH config file that resolves host= (aliases, User, Port, IdentityFile, ProxyJump; "
-                  "default ~/.ssh/config)",
+                  "default ~/.ssh/config; /dev/null for none)",
     "ssh_trust_new": "true to record an unknown host's key on first use (default false: it is refused)",
     "ssh_python": "the Python on the remote box, with torch and transformers (default python3)",
     "gpu": "a label for the record, for example gpu=4090",

@@ -148,6 +148,8 @@ def test_ssh_config_names_a_file_goes_with_an_ssh_host_and_is_kept_in_the_record
     validate("job", job.to_dict())
     (tmp_path / "job.yaml").write_text(job_yaml(job))
     assert job_from_words("r", [f"config={tmp_path / 'job.yaml'}"])[0] == job
+    # /dev/null is no config at all, as `ssh -F /dev/null`: the way round a config autotune cannot follow.
+    assert job_from_words("r", BASE + ["host=me@10.0.0.7", "ssh_config=/dev/null"])[0].ssh_config == "/dev/null"
     with pytest.raises(JobError, match="ssh_config='~/nowhere': no such file"):
         job_from_words("r", BASE + ["host=gpu-box", "ssh_config=~/nowhere"])
     with pytest.raises(JobError, match="go with an SSH host"):

@@ -7,6 +7,9 @@ file, as on ssh's command line; each ProxyJump hop is itself looked up in the fi
 reached through the ones before it, as OpenSSH does (`ProxyJump a,b` reaches b through a, and a by its
 own entry); `Include` is read in place (paramiko's parser does not follow it). ProxyCommand is refused:
 a jump host covers what it is mostly used for, without running a local command per connection.
+A refusal is never skipped for a plain `user@ip` either: `ssh user@ip` would obey a `Host *` block too,
+and going round it would reach the box some other way than ssh does; `ssh_config=/dev/null` is the
+one-word way to read no config at all.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ DEFAULT_CONFIG = "~/.ssh/config"
 MAX_HOPS = 8          # a chain longer than this is a ProxyJump loop (a -> b -> a), which ssh never ends
 MAX_INCLUDE_DEPTH = 16
 _SPEC = re.compile(r"^(?:ssh://)?(?:([^@\s/:]+)@)?([A-Za-z0-9._-]+)(?::(\d{1,5}))?/?$")
+# Refused for every host, a user@ip one too (a `Host *` block matches it): the way round, as `ssh -F /dev/null`.
+_WAY_OUT = "; or skip the SSH config with ssh_config=/dev/null (or another file)"
 _INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.+)$", re.IGNORECASE)
 
 
@@ -116,9 +121,10 @@ def _route(config: SSHConfig, path: Path, host: str, spec: str, key: str, jumps:
     try:
         options = config.lookup(name)
     except ImportError:  # `Match exec` needs the invoke package
-        raise JobError(f"{what}: its Match exec in {path} needs `pip install invoke`") from None
+        raise JobError(f"{what}: its Match exec in {path} needs `pip install invoke`{_WAY_OUT}") from None
     if options.get("proxycommand"):
-        raise JobError(f"{what}: ProxyCommand in {path} is not supported; use ProxyJump (or drop it for this host)")
+        raise JobError(f"{what}: ProxyCommand in {path} is not supported; use ProxyJump (or drop it for this host)"
+                       f"{_WAY_OUT}")
     try:
         port = port or int(options.get("port", 22))
     except ValueError:
@@ -142,7 +148,6 @@ def _route(config: SSHConfig, path: Path, host: str, spec: str, key: str, jumps:
     # `ProxyJump a,b`: b is reached through a (its own ProxyJump overridden), a by its own entry.
     *before, last = jumps
     return (*_route(config, path, host, last, "", tuple(before) if before else None, depth + 1), hop)
-
 
 
 def _check_local_user(host: str) -> None:

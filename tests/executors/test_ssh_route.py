@@ -123,6 +123,21 @@ def test_what_cannot_be_used_is_one_line_naming_the_host_and_the_hop(home, text,
     assert "\n" not in message and all(word in message for word in words), message
 
 
+def test_a_refusal_of_the_config_names_the_way_round_it_for_a_user_at_ip_host_too(home, monkeypatch):
+    # ~/.ssh/config is read for host=user@ip as well (ssh obeys its Host * blocks too): the way round is one word.
+    import paramiko.config
+
+    write(home, "Host *\n  ProxyCommand nc %h %p\n")
+    with pytest.raises(JobError, match="ProxyCommand .* ssh_config=/dev/null"):
+        route("me@10.0.0.7")
+    monkeypatch.setattr(paramiko.config, "invoke", None)          # Match exec without invoke installed
+    monkeypatch.setattr(paramiko.config, "invoke_import_error", ImportError("No module named 'invoke'"))
+    write(home, "Match exec true\n  User matched\n")
+    with pytest.raises(JobError, match="pip install invoke.* ssh_config=/dev/null"):
+        route("me@10.0.0.7")
+    assert addresses(route("me@10.0.0.7:2222", "/dev/null")) == ["me@10.0.0.7:2222"]   # no config read at all
+
+
 def test_without_a_local_user_name_the_refusal_is_one_line_saying_what_to_set(home, monkeypatch):
     # A container under a uid with no passwd entry and no USER: getpass.getuser() raises, and paramiko's
     # lookup calls it for any host, a user@ip one too.
@@ -148,3 +163,11 @@ def test_without_a_local_user_name_the_refusal_is_one_line_saying_what_to_set(ho
 def test_a_named_config_that_does_not_exist_is_refused(home):
     with pytest.raises(JobError, match="cannot read it"):
         route("gpu-box", str(home / "nowhere"))
+
+
+def test_the_ssh_key_help_puts_the_configs_identity_file_first_as_the_connection_does():
+    # ssh_chain offers the IdentityFile lines (look_for_keys off), then the agent; ~/.ssh/id_* only without them.
+    from autotune.job_keys import JOB_KEYS
+
+    help_text = JOB_KEYS["ssh_key"]
+    assert help_text.index("IdentityFile") < help_text.index("agent") < help_text.index("~/.ssh/id_*"), help_text
