@@ -71,10 +71,11 @@ def tune(root: Path, seed: int, gain: float, spread: float, rule: str) -> tuple[
     return tuner.run().records[1:], executor.runs
 
 
-def cell(folder: Path, tunes: int, gain: float, spread: float, rule: str) -> tuple[float, float, float]:
+def cell(folder: Path, tunes: int, gain: float, spread: float, rule: str,
+         first_seed: int = 0) -> tuple[float, float, float]:
     """(false keeps per trial, share of tunes that kept the real gain, device runs per tune)."""
     false, trials, kept, runs = 0, 0, 0, 0
-    for seed in range(tunes):
+    for seed in range(first_seed, first_seed + tunes):
         records, spent = tune(folder, seed, gain, spread, rule)
         runs += spent
         trials += len(records)
@@ -90,15 +91,17 @@ def main() -> None:
     parser.add_argument("--noise", type=float, action="append", help="run-level spread (repeatable)")
     parser.add_argument("--gain", type=float, action="append", help="real gains to find (default 1.05 1.1 1.2)")
     parser.add_argument("--rule", action="append", choices=("floor", "sequential"), help="default: both")
+    parser.add_argument("--first-seed", type=int, default=0, help="seeds FIRST_SEED .. FIRST_SEED + TUNES - 1")
     args = parser.parse_args()
-    print(f"{args.tunes} tunes per cell; before = 'floor' rule, after = 'sequential' rule")
+    print(f"{args.tunes} tunes per cell from seed {args.first_seed}; before = 'floor' rule, after = 'sequential' rule")
     print(f"{'noise':>6} {'rule':>10} {'A/A false keeps/trial':>22} "
           + " ".join(f"{'discards x' + format(g, 'g'):>15}" for g in args.gain or GAINS) + f" {'runs/tune':>10}")
     with tempfile.TemporaryDirectory() as folder:
         for spread in args.noise or NOISES:
             for rule in args.rule or ("floor", "sequential"):
-                false, _, runs = cell(Path(folder), args.tunes, 1.0, spread, rule)
-                discards = [1 - cell(Path(folder), args.tunes, g, spread, rule)[1] for g in args.gain or GAINS]
+                false, _, runs = cell(Path(folder), args.tunes, 1.0, spread, rule, args.first_seed)
+                discards = [1 - cell(Path(folder), args.tunes, g, spread, rule, args.first_seed)[1]
+                            for g in args.gain or GAINS]
                 print(f"{spread:>6.1%} {rule:>10} {false:>22.2%} " + " ".join(f"{d:>15.1%}" for d in discards)
                       + f" {runs:>10.1f}", flush=True)
 
