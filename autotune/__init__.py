@@ -12,9 +12,6 @@ Names are imported on first use, so `import autotune` stays cheap (no torch, no 
 
 from __future__ import annotations
 
-import sys
-import types  # both already loaded by the interpreter: `import autotune` costs nothing more
-
 __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
@@ -36,16 +33,3 @@ def __getattr__(name: str) -> object:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
-
-class _Package(types.ModuleType):
-    """`autotune.suggest` is the API function, and also the name of the module `autotune/suggest.py`:
-    importing that module binds it on the package, which would hide the function. The function stays;
-    the module is `sys.modules["autotune.suggest"]` (and `from autotune.suggest import ...` works)."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        if name in _EXPORTS and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

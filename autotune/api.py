@@ -95,6 +95,6 @@ def suggest(**keys: Any) -> dict[str, Any]:
     `--json` prints (schema_version, features, start, notes, hypotheses best first, skipped). Keys as the
     command takes them: `suggest(model="Qwen/Qwen2.5-7B", max_len=2048, effective_batch=16, gpu="4090")`."""
     from .job_files import words_of
-    from .suggest import advise
+    from .advice import advise
 
     return advise(words_of(keys, "suggest"))

@@ -26,7 +26,7 @@ from pathlib import Path
 from autotune.kb import Store
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.claims import Claim, Clause, Evidence, Update
-from autotune.suggest import advise
+from autotune.advice import advise
 
 WORDS = ["model=Qwen/Qwen2.5-1.5B", "max_len=4096", "gpu=4090", "method=lora", "padding_share=0.4"]
 TARGET_S = 1.0

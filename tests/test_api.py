@@ -69,3 +69,13 @@ def test_suggest_through_the_api_is_what_the_command_prints(in_tmp, capsys):
     assert json.loads(capsys.readouterr().out) == advice
     with pytest.raises(autotune.JobError):
         autotune.suggest(model="7B", max_len="a lot")
+
+
+def test_the_suggest_function_and_its_module_do_not_hide_each_other(monkeypatch):
+    """`autotune.suggest` is the function; the advice behind it is a module a caller can import and patch."""
+    import autotune.advice as advice
+
+    assert callable(autotune.suggest) and autotune.suggest.__module__ == "autotune.api"
+    monkeypatch.setattr("autotune.advice.advise", lambda words: {"words": words})
+    assert autotune.suggest(model="7B", max_len=512) == {"words": ["model=7B", "max_len=512"]}
+    assert advice.advise is not autotune.suggest

@@ -8,7 +8,6 @@ batch, ...) are not repeated here; these are the sizes, files and folders of iss
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import signal
@@ -307,7 +306,7 @@ def _boom(*_args, **_kwargs):
 
 
 def test_an_unforeseen_exception_is_one_line_exit_1(world, capsys, monkeypatch):
-    monkeypatch.setattr(importlib.import_module("autotune.suggest"), "advise", _boom)  # the module, not the API
+    monkeypatch.setattr("autotune.advice.advise", _boom)
     assert main(["suggest", "model=7B", "max_len=512"]) == 1
     err = capsys.readouterr().err
     assert err.splitlines() == ["autotune: suggest: RuntimeError: an unforeseen failure with a second line; "
@@ -315,7 +314,7 @@ def test_an_unforeseen_exception_is_one_line_exit_1(world, capsys, monkeypatch):
 
 
 def test_autotune_debug_shows_the_traceback(world, capsys, monkeypatch):
-    monkeypatch.setattr(importlib.import_module("autotune.suggest"), "advise", _boom)  # the module, not the API
+    monkeypatch.setattr("autotune.advice.advise", _boom)
     monkeypatch.setenv("AUTOTUNE_DEBUG", "1")
     assert main(["suggest", "model=7B", "max_len=512"]) == 1
     err = capsys.readouterr().err

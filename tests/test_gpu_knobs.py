@@ -131,7 +131,7 @@ def test_an_allowed_numerics_change_is_held_to_its_stated_tolerance_and_others_t
 
 def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_fit(capsys):
     from autotune.cli import main
-    from autotune.suggest import estimate_headroom, model_shape
+    from autotune.advice import estimate_headroom, model_shape
 
     words = ["model=Qwen/Qwen2.5-7B", "method=lora", "max_len=4096", "gpu=4090"]
     assert main(["suggest", *words, "--json"]) == 0

@@ -20,10 +20,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("cli", ("cli", "kb_commands", "kb_import", "kb_args")),
     # the library API the CLI is a client of: autotune/__init__.py and what it exposes
     ("api", ("autotune", "api")),
-    # loop/: the ask/tell loop, its drivers, the pure decisions, the run state; suggest is the loop's ask
-    # without a device (its grammar and its table go to cli/ with the folder moves)
+    # loop/: the ask/tell loop, its drivers, the pure decisions, the run state; advice (`autotune suggest`)
+    # is the loop's ask without a device (its grammar and its table go to cli/ with the folder moves)
     ("loop", ("tuner", "parallel", "resume", "measuring", "verdict", "recording", "decide", "keep_rule",
-              "trial_spec", "outcome", "learn", "suggest")),
+              "trial_spec", "outcome", "learn", "advice")),
     # reasoner/ and output/: the run folder, report, results, plots, display, tracking, the hand-over
     ("reasoner, output", ("reasoner", "report", "plots", "display", "records", "tune_result", "tracking",
                           "realize", "notebook", "reference")),

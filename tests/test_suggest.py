@@ -8,7 +8,7 @@ import json
 import pytest
 
 from autotune.cli import main
-from autotune.suggest import estimate_headroom, model_shape
+from autotune.advice import estimate_headroom, model_shape
 
 COMMON = ["model=Qwen/Qwen2.5-1.5B", "precision=bf16", "attn_implementation=sdpa"]
 TIGHT = COMMON + ["gpu=4090", "max_len=4096"]          # 24 GB, long rows: memory is the constraint
