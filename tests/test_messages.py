@@ -97,6 +97,20 @@ def test_the_executor_ends_a_malformed_spec_as_invalid_without_running_it(tmp_pa
     assert not (tmp_path / "t" / "spec.json").exists() and not (tmp_path / "t" / "stdout.txt").exists()
 
 
+def test_a_probe_of_a_script_carries_only_what_its_hooks_read(tmp_path):
+    """script/probe.py's run: a partial job and knobs are a valid spec as kind=probe, never as a trial."""
+    probe = {"schema_version": 1, "kind": "probe", "runner": "script", "job": {"seed": 0, "smoke": True},
+             "knobs": {"precision": "fp32"}, "flags": [], "measure_steps": 1, "warmup_max": 0,
+             "script": {"path": "train.py", "cwd": str(tmp_path), "configs": [], "edits": {}, "args": []},
+             "workdir": str(tmp_path / "w")}
+    assert TrialSpec.from_dict(probe).to_dict() == {**probe, "ceiling": False, "inject_fault": None,
+                                                    "profile_steps": 0}
+    with pytest.raises(RecordError, match="at job"):
+        TrialSpec.from_dict({**probe, "kind": "trial"})
+    with pytest.raises(RecordError, match="'precision'"):
+        TrialSpec.from_dict({**probe, "knobs": {}})
+
+
 def test_a_key_no_runner_reads_is_refused(tmp_path):
     with pytest.raises(RecordError, match="'rows_wanted' was unexpected"):
         TrialSpec.from_dict({**make_spec(tmp_path), "rows_wanted": 3})

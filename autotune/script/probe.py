@@ -84,12 +84,13 @@ def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Pa
     from the server that has torch imported); its observations, or None if it did not get that far."""
     from ..executors.local import LocalExecutor
 
-    spec = {"schema_version": 1, "kind": "trial", "runner": "script", "job": {"seed": 0, "smoke": smoke},
+    # kind=probe: the script runner runs it as a trial; its spec carries only what the hooks read.
+    spec = {"schema_version": 1, "kind": "probe", "runner": "script", "job": {"seed": 0, "smoke": smoke},
             "knobs": {"precision": "fp32"},
             "script": {"path": str(script.resolve()), "cwd": str(cwd),
                        "configs": [{"label": label, "path": str(path.resolve())} for path, label in configs],
                        "edits": edits, "args": args, "expect": {}, "exclude": []},
-            "flags": flags, "measure_steps": 1, "warmup_max": 0, "peaks": None, "workdir": str(folder)}
+            "flags": flags, "measure_steps": 1, "warmup_max": 0, "workdir": str(folder)}
     result = LocalExecutor().run(spec, folder, PROBE_TIMEOUT_S)
     measurement = result.get("measurement") or result.get("measurement_rejected") or {}
     seen = measurement.get("observed")
