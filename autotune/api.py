@@ -65,6 +65,10 @@ def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: 
         if not job.is_mlp and tuner.script is None:
             display.running(None, "hand-over: the baseline's and the best's files in `trl sft`")
         hand_over(tuner.folder, job, executor, outcome)
+        # Inside the guard: a failing write (a full disk) must end the MLflow parent FAILED, not RUNNING.
+        write_results_tsv(tuner.folder, outcome.records)
+        config = write_best_config(tuner.folder, job, outcome.best.knobs, tuner.script)
+        write_report(tuner.folder, job, outcome, config)
     except BaseException as error:
         for tracker in tuner.trackers:
             tracker.stopped(tuner, error)
@@ -74,9 +78,6 @@ def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: 
         close = getattr(executor, "close", None)
         if own and close is not None:
             close()
-    write_results_tsv(tuner.folder, outcome.records)
-    config = write_best_config(tuner.folder, job, outcome.best.knobs, tuner.script)
-    write_report(tuner.folder, job, outcome, config)
     for tracker in tuner.trackers:  # the report, plots and configs exist now: the parent's artifacts
         tracker.finish(tuner, job, outcome, config)
     display.final_table(outcome, str(tuner.folder.path))

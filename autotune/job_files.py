@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from .errors import JobError
 from .inputs import check_word, parse_yaml, read_text
 from .job_keys import JOB_KEYS, MLP_MODEL
-from .job_values import is_ssh
+from .job_values import is_ssh, redact_args, redact_uri
 from .knobs import CATALOG, NAIVE_START, parse_knob_value
 
 FILE_KEYS = ("config", "from")
@@ -236,12 +236,15 @@ def expand(words: list[str]) -> list[str]:
             + [mode for mode in modes if mode not in rest] + rest)
 
 
-def job_mapping(job: Any) -> dict[str, Any]:
-    """The keys of `job` as a job file: `autotune tune RUN2 config=THIS` builds the same job."""
+def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
+    """The keys of `job` as a job file: `autotune tune RUN2 config=THIS` builds the same job. A password in
+    the mlflow= URI is *** (MLFLOW_TRACKING_PASSWORD holds it); `shared` (what the MLflow store gets) hides
+    the values of credential flags in script_args too, which a rerun from the run folder still needs."""
     script = bool(job.script)
     out: dict[str, Any] = {}
     if script:
-        out.update(script=job.script, script_configs=list(job.script_configs), script_args=job.script_args,
+        args = redact_args(job.script_args) if shared else job.script_args
+        out.update(script=job.script, script_configs=list(job.script_configs), script_args=args,
                    script_knobs=list(job.script_knobs))
         out = {k: v for k, v in out.items() if v}
     else:
@@ -257,7 +260,7 @@ def job_mapping(job: Any) -> dict[str, Any]:
                 "time": f"{job.time_budget_s}s" if job.time_budget_s else None,
                 "mem_limit": f"{job.mem_limit}B" if job.mem_limit else None,
                 "llm": job.llm, "llm_timeout": f"{job.llm_timeout_s}s" if job.llm else None,
-                "mlflow": job.mlflow, "mlflow_experiment": job.mlflow_experiment}
+                "mlflow": redact_uri(job.mlflow), "mlflow_experiment": job.mlflow_experiment}
     if is_ssh(job.host):
         optional.update(ssh_key=job.ssh_key, ssh_config=job.ssh_config, ssh_trust_new=job.ssh_trust_new,
                         ssh_python=job.ssh_python)
@@ -270,9 +273,9 @@ def job_mapping(job: Any) -> dict[str, Any]:
     return out
 
 
-def job_yaml(job: Any) -> str:
+def job_yaml(job: Any, shared: bool = False) -> str:
     import yaml
 
     return (f"# autotune run {job.run}: the job as it ran; rerun it with\n"
             f"#   autotune tune NEW_RUN config=runs/{job.run}/job.yaml [key=value ...]\n"
-            + yaml.safe_dump(job_mapping(job), sort_keys=False, default_flow_style=False))
+            + yaml.safe_dump(job_mapping(job, shared), sort_keys=False, default_flow_style=False))

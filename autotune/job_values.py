@@ -104,8 +104,60 @@ def check_dataset(value: str) -> None:
 
 
 # Tracking stores the installed MLflow client can write to; `+driver` (postgresql+psycopg2) allowed.
-_MLFLOW_SCHEME = re.compile(r"^(https?|sqlite|postgresql|mysql|mssql|file|databricks|databricks-uc)(\+[a-z0-9_]+)?:")
+# `databricks` alone is the usual value (the default profile), `databricks://PROFILE` names one;
+# `databricks-uc` is a model registry URI, not a tracking store.
+_MLFLOW_SCHEME = re.compile(r"^(https?|sqlite|postgresql|mysql|mssql|file|databricks)(\+[a-z0-9_]+)?(:|$)")
 MLFLOW_MISSING = 'the mlflow client is not installed; pip install -e ".[mlflow]"'
+HIDDEN = "***"
+# A flag or key of a script's arguments whose value is a credential: a word of its name is one of these.
+_SECRET_WORDS = {"token", "key", "apikey", "secret", "password", "passwd", "pwd", "credential", "credentials"}
+
+
+def _userinfo(uri: str) -> tuple[int, int] | None:
+    """Where the password of `scheme://user:password@host/...` lies in `uri`, if it has one."""
+    start = uri.find("://")
+    if start < 0:
+        return None
+    netloc_end = len(uri)
+    for mark in "/?#":
+        found = uri.find(mark, start + 3)
+        netloc_end = found if 0 <= found < netloc_end else netloc_end
+    at = uri.rfind("@", start + 3, netloc_end)
+    colon = uri.find(":", start + 3, at) if at >= 0 else -1
+    return (colon + 1, at) if colon >= 0 else None
+
+
+def redact_uri(uri: str) -> str:
+    """`uri` with its password as ***: what autotune prints, writes to job.yaml and logs. The password
+    belongs in MLFLOW_TRACKING_PASSWORD (docs/guides/tracking.md), which nothing here ever shows."""
+    where = _userinfo(uri)
+    return uri if where is None else uri[:where[0]] + HIDDEN + uri[where[1]:]
+
+
+def _secret_name(name: str) -> bool:
+    return any(word in _SECRET_WORDS for word in re.split(r"[-_.]+", name.lstrip("-").lower()))
+
+
+def redact_args(args: str) -> str:
+    """A script's arguments as the store may see them: the value of `--hub_token X`, `--api-key=X` or
+    `password=X` (a flag whose name has a word like token, key, secret, password) is ***."""
+    import shlex
+
+    try:
+        words = shlex.split(args)
+    except ValueError:
+        return HIDDEN  # unparseable: nothing of it is shown
+    out: list[str] = []
+    for i, word in enumerate(words):
+        name, equals, _ = word.partition("=")
+        if equals and _secret_name(name):
+            out.append(f"{shlex.quote(name)}={HIDDEN}")
+        elif i and words[i - 1].startswith("-") and "=" not in words[i - 1] and _secret_name(words[i - 1]) \
+                and not word.startswith("-"):
+            out.append(HIDDEN)
+        else:
+            out.append(shlex.quote(word))
+    return " ".join(out)
 
 
 def check_mlflow_uri(value: str, where: str) -> str:
@@ -114,30 +166,36 @@ def check_mlflow_uri(value: str, where: str) -> str:
     to see here: whether the store answers is the tracker's to find out (tracking.py)."""
     import importlib.util
 
+    shown = redact_uri(value)  # a password typed in the URI is never echoed
     match = _MLFLOW_SCHEME.match(value)
     if not match:
-        raise JobError(f"{where}={value!r}: expected {JOB_KEYS['mlflow']}")
+        raise JobError(f"{where}={shown!r}: expected {JOB_KEYS['mlflow']}")
     scheme, rest = match.group(1), value[match.end():]
     if scheme in ("http", "https", "postgresql", "mysql", "mssql") and not re.match(r"^//[^/\s]+", rest):
-        raise JobError(f"{where}={value!r}: no host; expected {scheme}://HOST[:PORT]...")
+        raise JobError(f"{where}={shown!r}: no host; expected {scheme}://HOST[:PORT]...")
+    password = _userinfo(value)
+    if password and value[password[0]:password[1]] == HIDDEN and not os.environ.get("MLFLOW_TRACKING_PASSWORD"):
+        # A job.yaml autotune wrote: the password was left out of it on purpose.
+        raise JobError(f"{where}={shown!r}: the password is not in job files; set MLFLOW_TRACKING_USERNAME and "
+                       "MLFLOW_TRACKING_PASSWORD")
     if scheme == "sqlite":
         path = rest[3:] if rest.startswith("///") else ""
         if not path or path == ":memory:":
-            raise JobError(f"{where}={value!r}: expected sqlite:///PATH/mlflow.db (three slashes, then the file; "
+            raise JobError(f"{where}={shown!r}: expected sqlite:///PATH/mlflow.db (three slashes, then the file; "
                            "four for an absolute path)")
         if not Path(path).expanduser().parent.is_dir():
-            raise JobError(f"{where}={value!r}: no folder {Path(path).parent}; make it first (SQLite makes the file, "
+            raise JobError(f"{where}={shown!r}: no folder {Path(path).parent}; make it first (SQLite makes the file, "
                            "not its folder)")
     if scheme == "file" and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
         # MLflow 3 keeps the file store in maintenance mode and refuses to open it unless told to.
-        raise JobError(f"{where}={value!r}: MLflow 3 refuses file stores; use sqlite:///PATH/mlflow.db "
+        raise JobError(f"{where}={shown!r}: MLflow 3 refuses file stores; use sqlite:///PATH/mlflow.db "
                        "(or set MLFLOW_ALLOW_FILE_STORE=true)")
     try:
         installed = importlib.util.find_spec("mlflow") is not None
     except (ImportError, ValueError):
         installed = False
     if not installed:
-        raise JobError(f"{where}={value}: {MLFLOW_MISSING}")
+        raise JobError(f"{where}={shown}: {MLFLOW_MISSING}")
     return value
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import JobError
-from .job_values import MLFLOW_MISSING, check_mlflow_uri
+from .job_values import MLFLOW_MISSING, check_mlflow_uri, redact_args, redact_uri
 
 DEFAULT_EXPERIMENT = "autotune"
 RUN_ID_TAG = "autotune.run_id"       # the parent's: state.json's run id, the same across resumes
@@ -28,8 +28,10 @@ PARENT_TAG = "mlflow.parentRunId"     # what makes a run nested in MLflow's UI a
 ARTIFACTS = ("report.md", "best_config.yaml", "baseline_config.yaml", "best_config.json", "experiments.jsonl",
              "results.tsv", "realized.json", "job.yaml")
 PLOTS = ("*.png", "*.svg")
+SHARED = ("job.yaml",)  # artifacts written for the store, not copied: credentials in script_args hidden
 # A server that is down must cost the tune seconds, not MLflow's default minutes of retries (7 retries,
-# backoff factor 2, 120 s timeout). A user's own settings win.
+# backoff factor 2, 120 s timeout). A user's own settings win; these are set only while the tracker's own
+# calls run (MLflow reads them per request), so a caller's process keeps its environment.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                  "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 # Figures of a record logged as a nested run's metrics, where the record holds a number.
@@ -97,11 +99,24 @@ def record_metrics(record: dict[str, Any]) -> dict[str, float]:
 
 
 def job_params(job: Any) -> dict[str, str]:
-    """The job's keys as a job file holds them; the store's own URI stays out of the store."""
+    """The job's keys as a job file holds them; the store's own URI stays out of the store, and so do the
+    values of credential flags in script_args (`--hub_token X` is logged as `--hub_token ***`)."""
     from .job_files import job_mapping
 
-    mapping = job_mapping(job)
+    mapping = job_mapping(job, shared=True)
     return {key: str(value)[:MAX_PARAM] for key, value in mapping.items() if not key.startswith("mlflow")}
+
+
+@contextmanager
+def _http_defaults() -> Iterator[None]:
+    """HTTP_DEFAULTS in the environment for the block, where the user set none; as it was after."""
+    added = [name for name in HTTP_DEFAULTS if name not in os.environ]
+    os.environ.update({name: HTTP_DEFAULTS[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 class MlflowTracker:
@@ -110,6 +125,7 @@ class MlflowTracker:
 
     def __init__(self, uri: str, experiment: str) -> None:
         self.uri, self.experiment = uri, experiment
+        self.shown = redact_uri(uri)     # the URI as messages name it: no password
         self.client: Any = None
         self.experiment_id = ""
         self.parent = ""                 # the parent run's id, once opened
@@ -120,15 +136,15 @@ class MlflowTracker:
     def _guard(self, tuner: Any) -> Iterator[None]:
         """MLflow's failures (and its deprecation warnings and INFO lines) kept off the tune."""
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), _http_defaults():
                 warnings.simplefilter("ignore")
                 yield
         except Exception as error:  # noqa: BLE001 - a store's failure of any kind must not end the tune
             self.off = True
-            why = " ".join(str(error).split())
+            why = " ".join(str(error).split()).replace(self.uri, self.shown)
             why = why if len(why) <= 200 else why[:197] + "..."
             # The why goes last: a store's message (a URL, a stack of causes) is long, the line's point is not.
-            _say(f"MLflow tracking at {self.uri} stopped; the tune goes on and {tuner.folder.path} holds every "
+            _say(f"MLflow tracking at {self.shown} stopped; the tune goes on and {tuner.folder.path} holds every "
                  f"result ({type(error).__name__}: {why})")
 
     # -- the tuner's calls --------------------------------------------------------------------
@@ -153,7 +169,11 @@ class MlflowTracker:
                             "best_trial": str(summary["best_trial"]), "kept": ", ".join(summary["kept"]) or "none"})
             folder = Path(tuner.folder.path)
             for name in ARTIFACTS:
-                if (folder / name).is_file():
+                if name in SHARED:
+                    from .job_files import job_yaml
+
+                    self.client.log_text(self.parent, job_yaml(job, shared=True), name)
+                elif (folder / name).is_file():
                     self.client.log_artifact(self.parent, str(folder / name))
             for pattern in PLOTS:
                 for plot in sorted(folder.glob(pattern)):
@@ -175,8 +195,6 @@ class MlflowTracker:
     # -- the store ----------------------------------------------------------------------------
     def _open(self, tuner: Any) -> None:
         """The client, the experiment and the parent: the one this run folder opened before, or a new one."""
-        for name, value in HTTP_DEFAULTS.items():
-            os.environ.setdefault(name, value)
         import logging
 
         from mlflow.tracking import MlflowClient

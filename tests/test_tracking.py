@@ -193,6 +193,7 @@ def test_without_the_client_the_key_is_one_line_exit_2_and_the_variable_a_warnin
     ("sqlite:///no/such/folder/mlflow.db", "no folder no/such/folder"),
     ("sqlite://mlflow.db", "three slashes"),
     ("file:///tmp/mlruns", "MLflow 3 refuses file stores"),
+    ("databricks-uc", "expected an MLflow tracking URI"),  # a model registry, not a tracking store
 ])
 def test_a_uri_of_the_wrong_shape_is_one_line_exit_2(in_tmp, capfd, uri, says):
     assert main(["tune", "r", "model=mlp", f"mlflow={uri}"]) == 2
@@ -209,6 +210,87 @@ def test_the_experiment_goes_with_a_uri_and_job_yaml_keeps_both(in_tmp, capfd):
     (in_tmp / "job.yaml").write_text(job_yaml(job))
     again, _ = job_from_words("second", [f"config={in_tmp / 'job.yaml'}"])
     assert again == dataclasses.replace(job, run="second") and again.mlflow == "sqlite:///mlflow.db"
+
+
+def test_databricks_alone_is_a_tracking_uri(in_tmp, monkeypatch, capfd):
+    """`databricks` (the default profile) is the usual value, in the key and in MLFLOW_TRACKING_URI."""
+    _needs_mlflow()
+    assert job_from_words("r", ["model=mlp", "mlflow=databricks"])[0].mlflow == "databricks"
+    assert job_from_words("r", ["model=mlp", "mlflow=databricks://team"])[0].mlflow == "databricks://team"
+    from autotune.tracking import trackers_for
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "databricks")
+    job, _ = job_from_words("r", ["model=mlp"])
+    assert [tracker.uri for tracker in trackers_for(job)] == ["databricks"]
+    assert capfd.readouterr().err == ""
+
+
+def test_a_password_in_the_uri_is_never_printed_written_to_job_yaml_or_logged(in_tmp, monkeypatch, capfd):
+    _needs_mlflow()
+    for name in ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_HTTP_REQUEST_MAX_RETRIES"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["tune", "r", "model=mlp", "mlflow=ftp://me:s3cret@host"]) == 2
+    err = capfd.readouterr().err
+    assert "s3cret" not in err and "ftp://me:***@host" in err, err
+    with socket.socket() as probe:  # a server that is down: the warning names the store
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    uri = f"http://me:s3cret@127.0.0.1:{port}"
+    table_executor(monkeypatch, TableExecutor(FACTORS))
+    assert main(["tune", "r", "model=mlp", "max_trials=1", f"mlflow={uri}"]) == 0
+    err = capfd.readouterr().err
+    assert "s3cret" not in err and f"MLflow tracking at http://me:***@127.0.0.1:{port} stopped" in err, err
+    folder = in_tmp / "runs" / "r"
+    assert "s3cret" not in (folder / "job.yaml").read_text() and "me:***@" in (folder / "job.yaml").read_text()
+    assert json.loads((folder / "job.json").read_text())["mlflow"] == uri, "a resume still reaches the store"
+    # Rerun from job.yaml: the hidden password is one line naming where it goes, unless it is set there.
+    assert main(["tune", "r2", f"config={folder / 'job.yaml'}"]) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "MLFLOW_TRACKING_PASSWORD" in err, err
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+    assert job_from_words("r2", [f"config={folder / 'job.yaml'}"])[0].mlflow == f"http://me:***@127.0.0.1:{port}"
+
+
+def test_credential_flags_of_script_args_reach_the_store_hidden(in_tmp):
+    """`--hub_token X` in script_args: the store's params and its job.yaml hold ***, the run folder's the value."""
+    from autotune.tracking import job_params
+
+    job, _ = job_from_words("r", ["model=mlp"])
+    job = dataclasses.replace(job, script="train.py", script_args="--hub_token s3cret --tokenizer_name gpt2 "
+                                                                  "--api-key=k3y password=pw --lr 1e-4")
+    shown = "--hub_token *** --tokenizer_name gpt2 --api-key=*** password=*** --lr 1e-4"
+    assert job_params(job)["script_args"] == shown
+    import yaml
+
+    assert yaml.safe_load(job_yaml(job, shared=True))["script_args"] == shown
+    assert yaml.safe_load(job_yaml(job))["script_args"] == job.script_args, "the run folder's reruns as it ran"
+
+
+def test_a_failure_writing_the_report_ends_the_parent_failed(in_tmp, store, monkeypatch, capfd):
+    from autotune import report
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "write_report", full_disk)
+    table_executor(monkeypatch, TableExecutor(FACTORS))
+    assert main(["tune", "r", "model=mlp", "max_trials=1", f"mlflow={store}", "mlflow_experiment=late"]) != 0
+    parent, _ = tracked(store, "late")
+    assert parent.info.status == "FAILED" and "No space left" in parent.data.tags["stop_reason"]
+
+
+def test_a_tracked_tune_leaves_the_callers_environment_as_it_was(in_tmp, store, monkeypatch):
+    import autotune
+
+    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    before = dict(os.environ)
+    job = autotune.job_from_dict("api", {"model": "mlp", "smoke": True, "max_trials": 1, "mlflow": store,
+                                         "mlflow_experiment": "env", "mlp_width": 64, "mlp_depth": 1})
+    table_executor(monkeypatch, TableExecutor(FACTORS))
+    autotune.tune(job, runs_dir=in_tmp / "runs")
+    assert tracked(store, "env")[0].info.status == "FINISHED"
+    assert dict(os.environ) == before
 
 
 def _store_tests_without_mlflow(ci: bool) -> subprocess.CompletedProcess:
