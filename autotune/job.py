@@ -187,7 +187,6 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
               method=pairs.get("method", "sft"),
               weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
               allow_image_resize=_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
-              allow_numerics_change=_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
               realize=_flag("realize", pairs.get("realize", "true")), start=_start_knobs(pairs, effective_batch))
     return job, modes
 
@@ -281,6 +280,8 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         kb=pairs.get("kb", ""), seed=whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
         mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=_only(pairs), **_llm(pairs),
+        # Any loop can be offered an 8-bit optimizer: the opt-in is every job's (the tuner's frame applies it).
+        allow_numerics_change=_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
         **mlflow_keys(pairs))
 
 

@@ -252,10 +252,10 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
     out.update(max_len=job.max_len, effective_batch=job.effective_batch)
     if not script and job.model != MLP_MODEL:
         out.update(method=job.method, weights=job.weights, allow_image_resize=job.allow_image_resize,
-                   allow_numerics_change=job.allow_numerics_change, realize=job.realize)
+                   realize=job.realize)
     if job.model == MLP_MODEL:
         out.update(mlp_width=job.mlp_width, mlp_depth=job.mlp_depth, mlp_rows=job.mlp_rows)
-    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin)
+    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, allow_numerics_change=job.allow_numerics_change)
     optional = {"gpu": job.gpu, "kb": job.kb, "max_trials": job.max_trials, "only": list(job.only),
                 "time": f"{job.time_budget_s}s" if job.time_budget_s else None,
                 "mem_limit": f"{job.mem_limit}B" if job.mem_limit else None,

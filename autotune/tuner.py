@@ -19,7 +19,7 @@ from .errors import AutotuneError
 from .executors.base import Executor
 from .job import Job
 from .kb import kb_folder, read_peak_cache, remember_peaks
-from .knobs import Knobs
+from .knobs import Knobs, numerics_limits
 from . import measuring, recording, trial_spec, verdict as decide
 from .probes import stats
 from .learn import Memory
@@ -176,7 +176,11 @@ class Tuner:
         return self.complete_frame(frame, base_measurement), incumbent, base_measurement, floor
 
     def complete_frame(self, frame: dict[str, Any], base_measurement: dict[str, Any]) -> dict[str, Any]:
-        frame = {**frame, "ceiling": base_measurement.get("ceiling"), "breakdown": base_measurement.get("breakdown")}
+        # The numerics opt-in holds for every runner: an MLP's or a script's frame does not know of it.
+        limits = frame.get("limits", [])
+        limits = limits + [lim for lim in numerics_limits(self.job.allow_numerics_change) if lim not in limits]
+        frame = {**frame, "ceiling": base_measurement.get("ceiling"), "breakdown": base_measurement.get("breakdown"),
+                 "limits": limits}
         if self.script is not None:
             # A script's model and data are seen only when it runs: the baseline's hooks read them.
             frame.update(model=base_measurement.get("model") or {}, data=base_measurement.get("data") or {})

@@ -83,13 +83,15 @@ def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: I
         return {"ok": True, "checked": False, "worst": None, "tolerance": None,
                 "reason": f"parity not required: you allowed {', '.join(retrained)} to change what is "
                           "trained, so its losses differ by design"}
-    reference, precision = base, start.precision
+    reference, reference_knobs = base, start
     if any(CATALOG[name].changes_training for name in incumbent.knobs.diff(start)):
         kept = next(r for r in reversed(records) if r["trial"] == incumbent.trial)
-        reference, precision = kept["measurements"][-1], incumbent.knobs.precision
-    tolerance = parity.tolerance(precision, knobs.precision)
-    # A numerics-changing setting the user allowed is held to its own, looser tolerance, stated with its reason.
-    looser = [(NUMERICS[change], change) for change in numerics_changes(knobs)]
+        reference, reference_knobs = kept["measurements"][-1], incumbent.knobs
+    tolerance = parity.tolerance(reference_knobs.precision, knobs.precision)
+    # A numerics-changing setting the user allowed is held to its own, looser tolerance, stated with its
+    # reason; only one the reference's losses were made without: a QLoRA start keeps precision's tolerance.
+    already = set(numerics_changes(reference_knobs))
+    looser = [(NUMERICS[change], change) for change in numerics_changes(knobs) if change not in already]
     result = parity.compare(reference["parity_losses"], measurement["parity_losses"],
                             max([tolerance] + [tol for (tol, _), _ in looser]))
     if looser:

@@ -129,6 +129,19 @@ def test_an_allowed_numerics_change_is_held_to_its_stated_tolerance_and_others_t
     assert not _parity(base, far, fp8, start)["ok"]
 
 
+def test_a_qlora_start_keeps_precisions_tolerance_on_changes_that_leave_the_base_4_bit():
+    """The reference losses were made 4-bit already: only what the trial changes may loosen parity."""
+    base = {"step1": [2.0, 3.0], "step2": [2.0, 3.0]}
+    off = {"step1": [2.0, 3.0 * 1.05], "step2": [2.0, 3.0]}  # 5%: within NF4's 1e-1, beyond bf16's 3e-2
+    qlora = Knobs(precision="bf16", load_in_4bit=True)
+    liger = _parity(base, off, qlora.with_change("use_liger_kernel", True), qlora)
+    assert not liger["ok"] and "load_in_4bit" not in liger["reason"]
+    assert liger["tolerance"] < NUMERICS[("load_in_4bit", True)][0]
+    # A numerics change of its own on that start is still held to its stated tolerance.
+    fp8 = _parity(base, off, qlora.with_change("float8_training", True), qlora)
+    assert fp8["ok"] and "float8_training=True: tolerance 6e-02" in fp8["reason"]
+
+
 def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_fit(capsys):
     from autotune.cli import main
     from autotune.advice import estimate_headroom, model_shape

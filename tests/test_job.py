@@ -215,6 +215,8 @@ def test_model_mlp_fills_its_defaults_and_keeps_the_users_sizes():
     assert smoke.time_budget_s == 90  # the install check ends within two minutes
     validate("job", job.to_dict())
     assert Job.from_dict(json.loads(json.dumps(job.to_dict()))) == job
+    # The numerics opt-in is any job's: an MLP's optim may be offered bitsandbytes' 8-bit AdamW.
+    assert job_from_words("m", ["model=mlp", "allow_numerics_change=true"])[0].allow_numerics_change
 
 
 @pytest.mark.parametrize("words,named", [
@@ -225,6 +227,7 @@ def test_model_mlp_fills_its_defaults_and_keeps_the_users_sizes():
     (["script=examples/byo_script/plain_loop.py", "realize=false"], "realize="),
     (["model=mlp", "padding=padding_free"], "padding"),
     (["model=mlp", "mlp_depth=0"], "mlp_depth="),
+    (["model=mlp", "allow_numerics_change=maybe"], "allow_numerics_change="),
     (["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "mlp_width=8"], "model=mlp"),
 ])
 def test_mlp_keys_that_do_not_fit_are_one_line_errors(words, named):

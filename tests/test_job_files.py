@@ -115,7 +115,8 @@ def test_a_smoke_runs_own_rows_map_back_to_synthetic(tmp_path):
     assert job_from_words("r", [f"from={sft}"])[0].dataset == "synthetic"
 
 
-JOBS = [["model=mlp", "smoke", "max_trials=2", "per_device_train_batch_size=4", "mlp_width=64"],
+JOBS = [["model=mlp", "smoke", "max_trials=2", "per_device_train_batch_size=4", "mlp_width=64",
+         "allow_numerics_change=true"],
         ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=8", "precision=bf16",
          "padding=longest", "only=padding,precision", "time=1h", "mem_limit=2GiB", "method=lora", "llm=gpt-x",
          "llm_timeout=30s", "realize=false", "fresh"]]

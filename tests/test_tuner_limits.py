@@ -64,3 +64,32 @@ def test_an_allowed_resolution_cap_is_kept_without_parity_and_later_changes_are_
     assert "allowed max_image_pixels" in capped["parity"]["reason"]
     sdpa = records["attn_implementation=sdpa"]
     assert sdpa["decision"] == "keep" and sdpa["parity"]["ok"] and sdpa["parity"]["worst"] == 0.0
+
+
+CUDA_DEVICE = {"kind": "cuda", "cpu_count": 4, "bf16": True, "tf32": True, "compile": True, "fused_adamw": True,
+               "bitsandbytes": True, "capability": "9.0", "memory_bytes": 80 * 2**30, "name": "test gpu",
+               "matmul_tflops": {"fp32": 50.0},
+               "peaks": {"fingerprint": "test gpu", "matmul_flops": {"fp32": 5e13}, "copy_bytes_per_s": 1e12}}
+
+
+def _optim_tune(tmp_path, *words):
+    """An MLP job (its frame names no numerics limits) on a CUDA card with bitsandbytes: only optim moves."""
+    executor = LimitedFrame([], {("optim", "adamw_bnb_8bit"): 1.5, ("optim", "adamw_torch_fused"): 1.1})
+    run = executor.run
+
+    def cuda_run(spec, trial_dir, timeout_s):
+        result = run(spec, trial_dir, timeout_s)
+        return {**result, "frame": {**result["frame"], "device": CUDA_DEVICE}} if spec["kind"] == "frame" else result
+
+    executor.run = cuda_run
+    job = job_from_words("m", ["model=mlp", "smoke", "only=optim", *words])[0]
+    return Tuner(job, executor, tmp_path).run()
+
+
+def test_an_mlp_job_tries_no_8bit_optimizer_without_the_opt_in_and_does_with_it(tmp_path):
+    outcome = _optim_tune(tmp_path / "plain")
+    tried = {r["change"] for r in outcome.records}
+    assert "optim=adamw_bnb_8bit" not in tried and "optim=adamw_torch_fused" in tried
+    assert "allow_numerics_change=true" in dict(outcome.skipped)["optim=adamw_bnb_8bit"]
+    allowed = _optim_tune(tmp_path / "allowed", "allow_numerics_change=true")
+    assert "optim=adamw_bnb_8bit" in {r["change"] for r in allowed.records}
