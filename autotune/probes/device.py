@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+from pathlib import Path
 from typing import Any
 
 from .peaks import cached_or_measured, cpu_name
@@ -66,8 +67,16 @@ def installed_kernels() -> dict[str, bool]:
         except (ImportError, ValueError):
             return False
 
+    def has_part(package: str, part: str) -> bool:
+        # find_spec("torchao.float8") would import torchao itself, and a torchao that fails to import with
+        # anything but ImportError would then crash every frame: look for the folder instead.
+        if not found(package):
+            return False
+        locations = importlib.util.find_spec(package).submodule_search_locations or ()
+        return any((Path(where) / part).is_dir() or (Path(where) / f"{part}.py").is_file() for where in locations)
+
     return {"liger": found("liger_kernel"), "bitsandbytes": found("bitsandbytes"),
-            "torchao": found("torchao.float8"), "flash_attn_3": found("flash_attn_interface")}
+            "torchao": has_part("torchao", "float8"), "flash_attn_3": found("flash_attn_interface")}
 
 
 def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[str, Any]:
