@@ -178,6 +178,9 @@ def _knobs(data: Mapping[str, Any]) -> dict[str, Any]:
             knobs[name] = data[name]
     if data.get("torch_compile_mode"):
         knobs["torch_compile_mode"] = data["torch_compile_mode"]
+    if data.get("torch_compile_mode") or data.get("torch_compile_backend"):
+        # TrainingArguments turns compile on whenever a mode or backend is set, torch_compile: false or not.
+        knobs["torch_compile"] = True
     if data.get("dataloader_prefetch_factor"):
         knobs["dataloader_prefetch_factor"] = data["dataloader_prefetch_factor"]
     init = data.get("model_init_kwargs") if isinstance(data.get("model_init_kwargs"), dict) else {}

@@ -75,6 +75,14 @@ def test_from_reads_trls_defaults_and_older_names(tmp_path):
         "padding_free", True, "sdpa", "fp16")
 
 
+def test_a_compile_mode_in_a_trl_config_starts_compiled_as_trl_sft_runs_it(tmp_path):
+    """TrainingArguments turns torch_compile on whenever a mode is set: the baseline is the compiled run."""
+    sft = write(tmp_path / "sft.yaml", {"model_name_or_path": "m/m", "dataset_name": "d/d", "max_length": 256,
+                                       "per_device_train_batch_size": 4, "torch_compile_mode": "max-autotune"})
+    start = job_from_words("r", [f"from={sft}"])[0].start
+    assert (start.torch_compile, start.torch_compile_mode) == (True, "max-autotune")
+
+
 def test_a_bad_value_in_a_trl_config_names_the_file_and_the_key(tmp_path):
     sft = write(tmp_path / "sft.yaml", {"model_name_or_path": "m/m", "dataset_name": "d/d",
                                        "model_init_kwargs": {"attn_implementation": "flex_attention"}})
