@@ -83,7 +83,7 @@ CATALOG: dict[str, Knob] = {k.name: k for k in (
               "tried only with allow_numerics_change=true"),
     Knob("dataloader_persistent_workers", "bool", help="loader workers live across epochs (with workers)"),
     Knob("dataloader_prefetch_factor", "int",
-         help="batches each loader worker prepares ahead (0: the loader's default; with workers)"),
+         help="batches each loader worker prepares ahead (0: torch's default, 2; with workers)"),
 )}
 
 # Settings that change what is trained beyond precision noise: tried only with allow_numerics_change=true,

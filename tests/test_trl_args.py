@@ -106,3 +106,17 @@ def test_the_lora_fields_are_the_trials_adapter_not_peft_defaults():
     assert (peft_config.r, peft_config.lora_alpha, peft_config.lora_dropout) == (16, 32, 0.0)
     assert set(peft_config.target_modules) == {"q_proj", "v_proj", "down_proj"}
     assert lora_kwargs(["q_proj"])["target_modules"] == ["q_proj"] and lora_kwargs()["target_modules"] == "all-linear"
+
+
+@pytest.mark.parametrize("factor", [0, 4])
+def test_a_prefetch_factor_means_the_same_in_autotunes_own_loop_as_in_sft_trainer(factor):
+    """0 is torch's default (2 per worker) in both: a ranked change to 4 is a real change on a VLM too."""
+    from torch.utils.data import DataLoader
+
+    from autotune.runners.common import loader_prefetch
+
+    knobs = Knobs(dataloader_num_workers=2, dataloader_prefetch_factor=factor).to_dict()
+    trl_value = knob_fields(knobs, MAX_LEN, EFFECTIVE_BATCH, cpu=True)["dataloader_prefetch_factor"]
+    own = DataLoader(range(8), num_workers=2, prefetch_factor=loader_prefetch(knobs)).prefetch_factor
+    assert own == DataLoader(range(8), num_workers=2, prefetch_factor=trl_value).prefetch_factor == (factor or 2)
+    assert loader_prefetch(Knobs(dataloader_num_workers=0, dataloader_prefetch_factor=factor).to_dict()) is None

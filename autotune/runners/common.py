@@ -63,6 +63,14 @@ def loader_context(workers: int) -> str | None:
     return "fork" if workers and "fork" in multiprocessing.get_all_start_methods() else None
 
 
+def loader_prefetch(knobs: dict[str, Any]) -> int | None:
+    """The loader's prefetch_factor: 0 leaves it to torch (2 batches per worker), as the TRL trials'
+    SFTConfig(dataloader_prefetch_factor=None) does, so one value means one thing in both loops."""
+    if not knobs["dataloader_num_workers"]:
+        return None
+    return int(knobs.get("dataloader_prefetch_factor") or 0) or None
+
+
 def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, stderr_path: str,
                env: dict[str, str]) -> None:
     """A trial in a child forked from the executor's fork server, which imported torch and

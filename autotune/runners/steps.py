@@ -35,8 +35,9 @@ class Plan:
         `warm` is set, which the consumer does between whole steps."""
         for index, step in enumerate(self.parity):
             yield "parity", index, step
-        # Checked between whole steps: with loader workers prefetching (up to 4 micro-batches each), a few
-        # more warm-up steps may run than strictly needed, never a partial one.
+        # Checked between whole steps: with loader workers prefetching (2 micro-batches each unless
+        # dataloader_prefetch_factor says more), a few more warm-up steps may run than strictly needed,
+        # never a partial one.
         # Warm-up repeats the last parity step: settling is judged on consecutive steps of the same rows,
         # which rows of other lengths or images (alternating steps) would never show.
         while not self.warm and self.warmup_run < self.warmup_max:

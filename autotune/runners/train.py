@@ -19,7 +19,7 @@ from ..probes import memory
 from ..probes.profile import PhaseTimer
 from ..probes.timing import StepTimer, warmed_up
 from .batching import IGNORE, collate, group_by_length, row_targets, step_plan, worst_case_rows
-from .common import as_is, is_oom, loader_context  # noqa: F401 - is_oom re-exported for the runners
+from .common import as_is, is_oom, loader_context, loader_prefetch  # noqa: F401 - is_oom re-exported for the runners
 from .steps import Plan, StepLog, TrialFault, accepted, measurement_of  # noqa: F401 - re-exported for the runners
 
 LEARNING_RATE = 1e-4
@@ -221,7 +221,7 @@ def train_loop(engine: Any, dataset: Any, plan: Plan, targets_per_row: list[int]
         multiprocessing_context=loader_context(workers),
         pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
         persistent_workers=bool(workers and knobs.get("dataloader_persistent_workers")),
-        prefetch_factor=(knobs.get("dataloader_prefetch_factor") or 4) if workers else None)
+        prefetch_factor=loader_prefetch(knobs))
     log, timer = StepLog(), StepTimer(engine.synchronize)
     accumulation = effective_batch // micro
     parity_losses: dict[str, dict[int, float]] = {"step1": {}, "step2": {}}
