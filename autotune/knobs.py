@@ -66,7 +66,8 @@ CATALOG: dict[str, Knob] = {k.name: k for k in (
          help="the loss from the hidden states, chunk by chunk: the [rows, seq, vocab] logits never exist "
               "(autotune's own loop; trl.SFTTrainer's fused LM head always does this)"),
     Knob("use_liger_kernel", "bool", affects_memory=True,
-         help="liger-kernel's fused RMSNorm, RoPE and SwiGLU (CUDA, pip install liger-kernel)"),
+         help="liger-kernel's fused RMSNorm, RoPE and SwiGLU (CUDA, pip install liger-kernel); TRL 1.16 "
+              "deprecates it for Hub kernels (a FutureWarning) and keeps Liger's fused loss off"),
     Knob("activation_offloading", "bool", affects_memory=True,
          help="TRL: keep activations in host memory until backward (CUDA)"),
     Knob("expandable_segments", "bool", affects_memory=True,

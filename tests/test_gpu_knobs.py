@@ -181,3 +181,15 @@ def test_a_recorded_bench_table_never_proposes_a_knob_it_did_not_measure():
     limited = {limit["knob"] for limit in table.data["frame"]["limits"] if limit.get("silent")}
     assert {"chunked_cross_entropy", "dtype", "torch_compile_mode"} <= limited
     assert "padding" not in limited and set(CATALOG) - limited >= {"padding", "optim"}
+
+
+def test_the_gpu_extra_installs_only_packages_a_knob_needs():
+    """Each package of `pip install .[gpu]` is one a knob's 'cannot apply' reason names when it is missing."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extra = [re.split(r"[<>=\[ ]", req)[0] for req in project["project"]["optional-dependencies"]["gpu"]]
+    reasons = " ".join(not_applicable(name, value, BF16, BARE_CUDA, 16) or "" for name, value, _ in CUDA_ONLY)
+    assert extra and all(package in reasons for package in extra), (extra, reasons)

@@ -217,6 +217,13 @@ def test_there_are_at_least_twenty_priors_with_unique_ids():
     assert len(set(ids)) == len(ids)
 
 
+def test_every_prior_cites_a_source_a_reader_can_find():
+    """A file of notes outside the repository (REFERENCE.md) is no source: the paper, page or issue is."""
+    for entry in raw_priors():
+        assert "REFERENCE.md" not in entry["source"], entry["id"]
+        assert entry["source"].strip(), entry["id"]
+
+
 def test_every_prior_parses_and_names_a_catalog_knob():
     for entry in raw_priors():
         claim = Claim.from_definition(entry)  # raises on a bad condition or knob
