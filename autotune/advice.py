@@ -80,7 +80,8 @@ def _first(config: dict[str, Any], *names: str) -> Any:
 
 
 def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
-    if isinstance(config.get("text_config"), dict):  # image-text models: the language model's shape
+    vision = isinstance(config.get("text_config"), dict)
+    if vision:  # image-text models: the language model's shape
         config = {**config["text_config"], "model_type": config.get("model_type")}
     layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
     hidden = _first(config, "hidden_size", "n_embd", "d_model")
@@ -98,7 +99,7 @@ def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
     per_layer = hidden * (heads + 2 * kv) * head_dim + hidden * hidden + 3 * hidden * inter
     params = layers * per_layer + vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
     return {"params": params, "layers": layers, "hidden": hidden, "vocab": vocab, "heads": heads,
-            "model_family": config.get("model_type")}
+            "model_family": config.get("model_type"), "vision": vision}
 
 
 def _check_sizes(config: dict[str, Any], layers: Any, hidden: Any) -> None:
@@ -134,7 +135,7 @@ def model_shape(model: str) -> dict[str, Any]:
     family = next((f for f in ("qwen2", "llama", "mistral", "gemma", "phi") if f in model.lower().replace("qwen2.5", "qwen2")),
                   None)
     return {"params": params, "layers": layers, "hidden": hidden, "vocab": _VOCAB, "heads": max(1, hidden // 128),
-            "model_family": family}
+            "model_family": family, "vision": False}
 
 
 def estimate_headroom(shape: dict[str, Any], max_len: int, gpu_mem_gb: float, method: str, knobs: Knobs) -> float:
@@ -144,8 +145,8 @@ def estimate_headroom(shape: dict[str, Any], max_len: int, gpu_mem_gb: float, me
     LoRA: the frozen base as loaded (4 bytes in fp32, 2 in bf16, half a byte in 4 bits) plus little.
     Activations: 34 bytes per token, layer and hidden unit in half precision (Korthikanti et al. 2022),
     twice that in fp32, plus the eager attention scores; checkpointing keeps one layer's, offloading
-    about none. Logits and their gradient in fp32, unless the loss never holds them (the chunked loss
-    or TRL's fused LM head)."""
+    about none. Logits and their gradient in fp32 only for an image-text model (autotune's own loop)
+    without the chunked loss: a text job trains in TRL's SFTTrainer, whose fused LM head never holds them."""
     return round(1 - memory_bytes(shape, max_len, method, knobs) / (gpu_mem_gb * 1e9), 4)
 
 
@@ -165,7 +166,7 @@ def memory_bytes(shape: dict[str, Any], max_len: int, method: str, knobs: Knobs)
     kept_layers = 1 + math.sqrt(layers) if knobs.gradient_checkpointing else layers
     if knobs.activation_offloading:
         kept_layers = 1
-    logits = 0 if knobs.chunked_cross_entropy else max_len * shape["vocab"] * 8
+    logits = max_len * shape["vocab"] * 8 if shape.get("vision") and not knobs.chunked_cross_entropy else 0
     return state + knobs.per_device_train_batch_size * (kept_layers * per_layer + logits)
 
 
@@ -231,8 +232,7 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
         features["headroom"] = max(0.0, raw)
         notes.append(f"headroom {features['headroom']:.2f} is an estimate from the model's size (no device measured)")
         if raw <= 0:
-            notes.append(f"the start config does not fit: an estimated {1 - raw:.1f}x the card's memory; what "
-                         "makes it fit is ranked first")
+            notes.append(f"the start config does not fit: an estimated {1 - raw:.1f}x the card's memory")
     features.update(knob_features(knobs))
     capability = next((cc for cards, cc in CAPABILITY if known in cards), "") if known else ""
     # A card with the [gpu] extra installed; FlashAttention-3 and fp8 where its compute capability has them.
@@ -251,10 +251,13 @@ FIT_ORDER = (("precision", "bf16"), ("dtype", "bfloat16"), ("attn_implementation
 
 
 def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape: dict[str, Any],
-                  features: dict[str, Any]) -> list[Any]:
+                  features: dict[str, Any], limits: list[dict[str, Any]]) -> list[Any]:
     """Where the estimate says the start config does not fit, what makes it fit goes first: the single
     changes that fit alone (best scored first), else one combined change of the memory savers in
-    FIT_ORDER, added until the estimate fits; then the rest by how much memory each saves, then by score."""
+    FIT_ORDER that the job's `limits` allow (as tune's frame would), added until the estimate fits; then
+    the rest by how much memory each saves, then by score."""
+    from .tuner import frame_limit
+
     from .reasoner.rank import Hypothesis
 
     max_len, method, batch, gpu = features["max_len"], features["method"], features["effective_batch"], features["gpu_mem_gb"]
@@ -265,7 +268,8 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
     if not fitting:
         changes, current = [], start
         for knob, value in FIT_ORDER:
-            if getattr(current, knob) == value or not_applicable(knob, value, current, device, batch):
+            if (getattr(current, knob) == value or not_applicable(knob, value, current, device, batch)
+                    or frame_limit({"limits": limits}, knob, value)):
                 continue
             changes.append((knob, value))
             current = current.with_change(knob, value)
@@ -280,20 +284,25 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
     return fitting + rest
 
 
-def parse_knob_bool(key: str, text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-        return lowered in ("true", "1", "yes", "on")
-    raise JobError(f"{key}={text!r}: expected true or false")
+def job_frame_limits(method: str, numerics: bool, vision: bool) -> list[dict[str, Any]]:
+    """The limits tune's frame would set from the job alone: a text job's SFTTrainer (the chunked loss is
+    its already) and the job's own (a full fine-tune's fp32 weights, the numerics opt-in)."""
+    from .runners.hf import sft_limits
+
+    if vision:
+        return job_limits(method, numerics_allowed=numerics)
+    return sft_limits({"method": method, "allow_numerics_change": numerics})
 
 
 def advise(words: list[str]) -> dict[str, Any]:
+    from .job import parse_flag
     from .kb import Store, kb_folder
     from .kb.beliefs import Beliefs
     from .reasoner import rank
+    from .tuner import frame_limit
 
     opt_in = [w for w in words if w.startswith("allow_numerics_change=")]
-    numerics = parse_knob_bool("allow_numerics_change", opt_in[-1].partition("=")[2]) if opt_in else False
+    numerics = parse_flag("allow_numerics_change", opt_in[-1].partition("=")[2]) if opt_in else False
     features, knobs, device, notes, kb = features_from_words([w for w in words if w not in opt_in])
     folder = kb_folder(kb)
     if folder.exists() and not folder.is_dir():
@@ -301,20 +310,34 @@ def advise(words: list[str]) -> dict[str, Any]:
     beliefs = Beliefs(Store(folder)) if folder.exists() else Beliefs()
     shape = device.pop("shape")
     ready, skipped = rank(knobs, device, features["effective_batch"], set(), beliefs.claims(), features)
-    limits = job_limits(features["method"], numerics_allowed=numerics)
+    limits = job_frame_limits(features["method"], numerics, shape["vision"])
     for hypothesis in list(ready):
-        why = next((limit["reason"] for limit in limits for name, value in hypothesis.changes
-                    if limit["knob"] == name and limit.get("value") in (None, value)), None)
+        why = next((w for name, value in hypothesis.changes if (w := frame_limit({"limits": limits}, name, value))),
+                   None)
         if why:
             ready.remove(hypothesis)
             skipped.append((hypothesis.change, why))
     if "gpu_mem_gb" in features:
-        ready = fitting_first(ready, knobs, device, shape, features)
+        ready = fitting_first(ready, knobs, device, shape, features, limits)
+        _say_what_fits(notes, ready, knobs, shape, features)
     sources = {c.id: c.source for c in beliefs.claims()}
     return {"schema_version": 1, "features": features, "start": knobs.to_dict(), "notes": notes,
             "hypotheses": [{**h.to_dict(), "sources": sorted({sources[c] for c in h.claims if sources.get(c)})}
                            for h in ready],
             "skipped": [{"change": change, "why": why} for change, why in skipped]}
+
+
+def _say_what_fits(notes: list[str], ready: list[Any], start: Knobs, shape: dict[str, Any],
+                   features: dict[str, Any]) -> None:
+    """The does-not-fit note says whether the first change makes the start fit, or that none does."""
+    at = next((i for i, note in enumerate(notes) if note.startswith("the start config does not fit")), None)
+    if at is None:
+        return
+    fits = bool(ready) and estimate_headroom(shape, features["max_len"], features["gpu_mem_gb"], features["method"],
+                                             ready[0].apply(start)) > 0
+    notes[at] += ("; what makes it fit is ranked first" if fits else
+                  "; no change autotune can make fits it on this card (estimated): a smaller model, shorter rows "
+                  "or a larger card")
 
 
 def run(words: list[str], as_json: bool) -> int:

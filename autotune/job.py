@@ -186,8 +186,8 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
               max_len=whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
               method=pairs.get("method", "sft"),
               weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
-              allow_image_resize=_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
-              realize=_flag("realize", pairs.get("realize", "true")), start=_start_knobs(pairs, effective_batch))
+              allow_image_resize=parse_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
+              realize=parse_flag("realize", pairs.get("realize", "true")), start=_start_knobs(pairs, effective_batch))
     return job, modes
 
 
@@ -202,7 +202,8 @@ def job_from_dict(run: str, keys: dict[str, Any]) -> Job:
     return job_from_words(run, [f"{key}={value}" for key, value in pairs.items()] + modes)[0]
 
 
-def _flag(key: str, text: str) -> bool:
+def parse_flag(key: str, text: str) -> bool:
+    """A job key's true or false (`autotune suggest` reads allow_numerics_change with it too)."""
     if text.strip().lower() not in ("true", "false"):
         raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
     return text.strip().lower() == "true"
@@ -281,7 +282,7 @@ def _common(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
         mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=_only(pairs), **_llm(pairs),
         # Any loop can be offered an 8-bit optimizer: the opt-in is every job's (the tuner's frame applies it).
-        allow_numerics_change=_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
+        allow_numerics_change=parse_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
         **mlflow_keys(pairs))
 
 

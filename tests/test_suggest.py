@@ -113,3 +113,37 @@ def test_settings_that_change_the_numbers_are_advised_only_with_the_opt_in(capsy
                for s in held["skipped"])
     allowed = advice(capsys, words + ["allow_numerics_change=true"])
     assert "optim=adamw_bnb_8bit" in changes(allowed)
+
+
+def test_a_fit_proposes_only_what_tune_would_try_for_the_job(capsys):
+    """A full fine-tune keeps fp32 master weights (no dtype=bfloat16) and a text job's SFTTrainer has the
+    chunked loss already: neither is advised, and each is listed with tune's reason."""
+    result = advice(capsys, ["model=Qwen/Qwen2.5-1.5B", "max_len=16384", "gpu=H100"])
+    first = result["hypotheses"][0]
+    assert first["source"] == "fit" and any("what makes it fit is ranked first" in n for n in result["notes"])
+    assert not any("dtype=" in c or "chunked_cross_entropy=True" in c for c in changes(result))
+    why = {s["change"]: s["why"] for s in result["skipped"]}
+    assert "SFTTrainer" in why["chunked_cross_entropy=True"]
+
+
+def test_logits_count_only_where_the_loss_holds_them():
+    """A text job's loss is TRL's fused LM head: the chunked loss saves nothing there, and does in an
+    image-text model's own loop."""
+    from autotune.knobs import Knobs
+
+    plain, chunked = Knobs(precision="bf16"), Knobs(precision="bf16", chunked_cross_entropy=True)
+    text, vision = model_shape("Qwen/Qwen2.5-1.5B"), model_shape("tiny-qwen2-vl")
+    assert estimate_headroom(text, 4096, 24, "sft", plain) == estimate_headroom(text, 4096, 24, "sft", chunked)
+    assert estimate_headroom(vision, 4096, 1, "sft", plain) < estimate_headroom(vision, 4096, 1, "sft", chunked)
+
+
+def test_a_job_no_change_makes_fit_is_told_so_rather_than_that_a_fit_is_ranked_first(capsys):
+    result = advice(capsys, ["model=70B", "max_len=2048", "gpu=4090"])
+    note = next(n for n in result["notes"] if "does not fit" in n)
+    assert "ranked first" not in note and "no change autotune can make fits it" in note
+    assert not [h for h in result["hypotheses"] if h["source"] == "fit"]
+
+
+def test_the_opt_in_reads_as_tunes_does(capsys):
+    assert main(["suggest", "model=7B", "max_len=512", "allow_numerics_change=yes"]) == 2
+    assert "allow_numerics_change='yes'" in capsys.readouterr().err
