@@ -8,8 +8,9 @@ or why there is nothing left worth a trial. In order:
 2. when those are spent: the changes that each measured faster within the noise, pooled;
 3. then a model of every trial (reasoner.surrogate) over every config one or two changes away:
    interacting pairs, changes that lost on an incumbent since changed in a knob they interact with.
-   Its best proposal is tried while its expected improvement clears the noise floor; below it the
-   loop stops and says so.
+   Its best proposal is tried while its expected improvement clears the noise floor;
+4. below it, once: the two best changes the noise left undecided on this incumbent, together (the
+   model's additive view of them is what it is least sure of); then the loop stops and says so.
 Every proposal passes `allowed` (the user's `only=`, the frame's limits, the script's settings).
 Before all of these, right after a warm start was kept: `warm_check`.
 """
@@ -22,7 +23,7 @@ from typing import Any, Callable, Iterable
 from .kb.claims import Claim
 from .knobs import Knobs
 from .reasoner import Hypothesis, key, pooled
-from .reasoner.links import incumbents, reverts, unrefuted
+from .reasoner.links import incumbents, reverts, undecided_pair, unrefuted
 from .reasoner.surrogate import proposals
 
 Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothesis], list[tuple[str, str]]]]
@@ -46,13 +47,30 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: list[di
     proposed = allowed(proposals(incumbent, records, device, effective_batch, measured, claims, features), [])[0]
     proposed = unrefuted(proposed, incumbent, records, claims, [])
     threshold = math.log1p(floor)
+    if proposed and proposed[0].score >= threshold:
+        return [proposed[0]], None
+    last = _undecided(incumbent, records, device, effective_batch, measured, allowed)
+    if last is not None:
+        return [last], None
     if not proposed:
         return [], "every applicable change and every pair of changes was tried"
     best = proposed[0]
-    if best.score < threshold:
-        return [], (f"the best proposal left ({best.change}) expects an improvement of x{math.exp(best.score):.4f}, "
-                    f"below the {floor:.2%} noise floor")
-    return [best], None
+    return [], (f"the best proposal left ({best.change}) expects an improvement of x{math.exp(best.score):.4f}, "
+                f"below the {floor:.2%} noise floor")
+
+
+def _undecided(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str, Any], effective_batch: int,
+               measured: set[tuple], allowed: Allowed) -> Hypothesis | None:
+    """Before stopping: the two best changes the noise left undecided on this incumbent, together."""
+    found = undecided_pair(incumbent, records, device, effective_batch, measured)
+    if found is None:
+        return None
+    ((knob, value), *rest), ratios = found
+    shown = " and ".join(f"x{r:.3f}" for r in ratios)
+    hypothesis = Hypothesis(knob, value, f"the two best changes the noise left undecided here ({shown}, each "
+                            "interval holding 1), together: one trial before stopping", p_helps=0.5,
+                            expected_ratio=ratios[0] * ratios[1], also=tuple(rest), source="pooled")
+    return next(iter(allowed([hypothesis], [])[0]), None)
 
 
 def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], measured: set[tuple],

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 from ..kb.claims import Claim
 from ..knobs import Knobs, not_applicable
 from .combine import repaired
-from .rank import Hypothesis
+from .rank import Hypothesis, key
 
 INTERACTIONS: frozenset[frozenset[str]] = frozenset(frozenset(pair) for pair in (
     ("attn_implementation", "padding"),
@@ -137,3 +137,38 @@ def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple
         if key(hypothesis.apply(incumbent)) not in measured:
             out.append(hypothesis)
     return out
+
+
+def undecided_pair(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
+                   measured: set[tuple]) -> tuple[tuple[tuple[str, Any], ...], tuple[float, float]] | None:
+    """The two best single changes on this incumbent that the noise left undecided (none lost beyond
+    the noise floor, `lost`), made together; with their ratios. Where the model of
+    all trials expects too little of any config to clear the floor, its additive view of two such
+    changes is the least sure thing it holds: one trial settles it before the loop stops. None when
+    fewer than two are undecided, their pair does not apply here or was measured."""
+    best: dict[str, tuple[float, Any]] = {}
+    for record in records:
+        state = record.get("replayed_state") or record["state"]
+        interval = record.get("interval")
+        if record["decision"] != "discard" or state != "complete" or not interval or "+" in (record["change"] or ""):
+            continue
+        if lost(record):
+            continue
+        diff = incumbent.diff(Knobs.from_dict(record["knobs"]))
+        if len(diff) != 1:
+            continue  # tried on another incumbent: it says nothing of this one
+        (knob, (_, value)), = diff.items()
+        if knob not in best or record["ratio"] > best[knob][0]:
+            best[knob] = (record["ratio"], value)
+    if len(best) < 2:
+        return None
+    (k1, (r1, v1)), (k2, (r2, v2)) = sorted(best.items(), key=lambda item: -item[1][0])[:2]
+    changes = repaired(incumbent, ((k1, v1), (k2, v2)), device, effective_batch)
+    if changes is None:
+        return None
+    final = incumbent
+    for knob, value in changes:
+        final = final.with_change(knob, value)
+    if key(final) in measured:
+        return None
+    return changes, (r1, r2)

@@ -67,3 +67,27 @@ def test_once_the_singles_are_spent_the_model_proposes_a_pair_and_stops_below_th
     # With every config near the incumbent measured a clear loss, nothing is worth a trial: it says so.
     _, stop = next_hypotheses(START, [], records, CPU, 8, measured, [], {}, 10.0, allow_all, [])
     assert stop and "below the 1000.00% noise floor" in stop
+
+
+def test_before_stopping_the_two_changes_the_noise_left_undecided_are_tried_together_once():
+    from autotune.reasoner import key
+    from autotune.reasoner.links import undecided_pair
+
+    sdpa, fused = START.with_change("attn_implementation", "sdpa"), START.with_change("optim", "adamw_torch_fused")
+    # Each lost a little, within the noise (interval holds 1); a third lost beyond it and is left out.
+    records = [baseline(), trial(1, sdpa, "attn_implementation=sdpa", 0.96, spread=0.1),
+               trial(2, fused, "optim=adamw_torch_fused", 0.94, spread=0.1),
+               trial(3, START.with_change("gradient_checkpointing", True), "gradient_checkpointing=True", 0.7)]
+    measured = {key(START), key(sdpa), key(fused)}
+    changes, ratios = undecided_pair(START, records, CPU, 16, measured)
+    assert dict(changes) == {"attn_implementation": "sdpa", "optim": "adamw_torch_fused"} and ratios == (0.96, 0.94)
+    # A floor the model's best proposal does not clear: where the loop would stop, the pair comes first.
+    chosen, why = next_hypotheses(START, [], records, CPU, 16, measured, [], {}, 0.3, allow_all, [])
+    assert why is None and len(chosen) == 1 and chosen[0].source == "pooled"
+    assert chosen[0].apply(START) == sdpa.with_change("optim", "adamw_torch_fused")
+    # Once: with the pair measured, the loop may stop.
+    both = chosen[0].apply(START)
+    assert undecided_pair(START, records, CPU, 16, measured | {key(both)}) is None
+    # Changes shown to lose beyond the noise are no pair: nothing is tried.
+    lost = [baseline(), trial(1, sdpa, "attn_implementation=sdpa", 0.8), trial(2, fused, "optim=adamw_torch_fused", 0.85)]
+    assert undecided_pair(START, lost, CPU, 16, measured) is None
