@@ -32,13 +32,10 @@ class StepBudget:
     # "floor": the bootstrap interval must clear the baseline's A/A floor, at most 2 extra pairs (before
     # issue 19; kept so `python -m bench.extra_pairs` can compare the two).
     keep_rule: str = "sequential"
-    # More pairs where the noise hides a 5% gain (verdict.most_pairs); a smoke run is a dry run within
-    # minutes, not a hunt for small gains, so it keeps the budget's pairs.
-    grow_pairs: bool = True
 
     @classmethod
     def for_job(cls, job: Job) -> "StepBudget":
-        return cls(measure_steps=4, warmup_max=3, grow_pairs=False) if job.smoke else cls(measure_steps=8, warmup_max=8)
+        return cls(measure_steps=4, warmup_max=3) if job.smoke else cls(measure_steps=8, warmup_max=8)
 
 
 FRAME_TIMEOUT_S = 1800

@@ -41,7 +41,7 @@ def most_pairs(steps: StepBudget, records: list[dict[str, Any]]) -> int:
     """The most interleaved pairs a trial may take: the step budget's, more on a noisy machine under
     the sequential rule (keep_rule.most_pairs), where sixteen pairs cannot show a 5% gain."""
     least = 2 + steps.extra_pairs
-    return keep_rule.most_pairs(records, least) if steps.keep_rule == "sequential" and steps.grow_pairs else least
+    return keep_rule.most_pairs(records, least) if steps.keep_rule == "sequential" else least
 
 
 def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats.Comparison,

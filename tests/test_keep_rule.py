@@ -33,15 +33,3 @@ def test_a_noisy_machine_gets_more_pairs_and_a_quiet_one_keeps_the_budgets():
     assert most > 16
     # The pairs added are worth it: the smallest gain they can show is smaller than with sixteen.
     assert keep_rule.detectable(noisy, most) < keep_rule.detectable(noisy, 16)
-
-
-def test_a_smoke_run_keeps_the_budgets_pairs_on_a_noisy_machine():
-    from autotune.job import job_from_words
-    from autotune.trial_spec import StepBudget
-    from autotune.verdict import most_pairs
-
-    noisy = [{"measurements": [run(10.0), run(11.5), run(8.7), run(10.9), run(9.1)]}]
-    smoke = StepBudget.for_job(job_from_words("s", ["smoke"])[0])
-    full = StepBudget.for_job(job_from_words("f", ["model=tiny-llama", "dataset=synthetic", "max_len=256", "effective_batch=8"])[0])
-    assert most_pairs(smoke, noisy) == 2 + smoke.extra_pairs      # a dry run within minutes
-    assert most_pairs(full, noisy) > 2 + full.extra_pairs          # a real tune hunts the 5% gain
