@@ -98,17 +98,15 @@ class TrialSpec:
 
     def __post_init__(self) -> None:
         _freeze_fields(self)
-        validate("trial_spec", self.to_dict(check=False), "trial spec")
+        validate("trial_spec", self.to_dict(), "trial spec")
 
-    def to_dict(self, check: bool = True) -> dict[str, Any]:
-        """The spec as the child reads it (plain dicts and lists), validated."""
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as the child reads it (plain dicts and lists); checked once, when it was built (frozen)."""
         data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
         for item in fields(self):
             value = getattr(self, item.name)
             if item.name in self._ALWAYS or value is not None:
                 data[item.name] = thawed(value)
-        if check:
-            validate("trial_spec", data, "trial spec")
         return data
 
     @classmethod
@@ -133,13 +131,11 @@ class Measurement:
 
     def __post_init__(self) -> None:
         _freeze_fields(self)
-        validate("measurement", self.to_dict(check=False), "measurement")
+        validate("measurement", self.to_dict(), "measurement")
 
-    def to_dict(self, check: bool = True) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         data = {item.name: thawed(getattr(self, item.name)) for item in fields(self) if item.name != "rest"}
         data.update(thawed(self.rest))
-        if check:
-            validate("measurement", data, "measurement")
         return data
 
     @classmethod
@@ -164,17 +160,15 @@ class RunResult:
     def __post_init__(self) -> None:
         object.__setattr__(self, "frame", _frozen(self.frame))
         object.__setattr__(self, "details", _frozen(self.details))
-        validate("run_result", self.to_dict(check=False), "run result")
+        validate("run_result", self.to_dict(), "run result")
 
-    def to_dict(self, check: bool = True) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"state": self.state, "reason": self.reason}
         if self.measurement is not None:
-            data["measurement"] = self.measurement.to_dict(check=False)
+            data["measurement"] = self.measurement.to_dict()
         if self.frame is not None:
             data["frame"] = thawed(self.frame)
         data.update(thawed(self.details))
-        if check:
-            validate("run_result", data, "run result")
         return data
 
     @classmethod
