@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,17 @@ def isolated_kb(tmp_path, peak_cache, monkeypatch):
     yield folder
     if (folder / peak_cache.name).exists():
         shutil.copy(folder / peak_cache.name, peak_cache)
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """A CLI run in a fresh working folder; the signal handlers `main()` installs are put back after."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTOTUNE_RUNS", raising=False)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    yield tmp_path
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:

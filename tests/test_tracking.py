@@ -7,7 +7,6 @@ import dataclasses
 import importlib.util
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -38,16 +37,6 @@ def store(tmp_path_factory) -> str:
     """One SQLite store for the module (making its tables takes seconds); each test has its own experiment."""
     _needs_mlflow()
     return "sqlite:///" + str(tmp_path_factory.mktemp("mlflow") / "mlflow.db")
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("AUTOTUNE_RUNS", raising=False)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-    yield tmp_path
-    for signum, handler in handlers.items():  # main() installs its own; pytest's come back
-        signal.signal(signum, handler)
 
 
 def table_executor(monkeypatch, executor) -> None:

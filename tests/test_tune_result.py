@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 from pathlib import Path
 
 import pytest
@@ -11,16 +10,6 @@ import pytest
 from autotune.cli import main
 from autotune.schemas import violation
 from autotune.tune_result import _interval
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("AUTOTUNE_RUNS", raising=False)
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-    yield tmp_path
-    for signum, handler in handlers.items():  # main() installs its own; pytest's come back
-        signal.signal(signum, handler)
 
 
 def test_json_is_all_of_stdout_and_no_gain_exits_3(in_tmp, capfd):
