@@ -15,8 +15,9 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
-_EXPORTS = {"tune": "api", "suggest": "api", "Job": "job", "job_from_dict": "job", "job_from_words": "job",
-            "Knobs": "knobs", "Outcome": "outcome", "AutotuneError": "errors", "JobError": "errors"}
+_EXPORTS = {"tune": "api", "suggest": "api", "Job": "config.job", "job_from_dict": "workloads.jobs",
+            "job_from_words": "workloads.jobs", "Knobs": "config.knobs", "Outcome": "loop.outcome",
+            "AutotuneError": "util.errors", "JobError": "util.errors"}
 __all__ = ["__version__", *_EXPORTS]
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from .executors.base import Executor
-from .job import Job
-from .outcome import Outcome
+from .config.job import Job
+from .loop.outcome import Outcome
 
 # AUTOTUNE_TEST_INJECT="3:oom,4:crash": a fault in a trial, for end-to-end tests of the states.
 INJECT_ENV = "AUTOTUNE_TEST_INJECT"
@@ -33,13 +33,13 @@ def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "run
     `executor`: where trials run (default: the job's host= one; one given here is the caller's to close).
     `fresh`: measure every trial, even those the knowledge base holds; `resume`: continue the run's folder.
     Bad input raises JobError, other failures AutotuneError; a failing trial is a state in the records."""
-    from .display import Progress
+    from .output.display import Progress
     from .executors import get_executor
-    from .tuner import Tuner
+    from .loop.tuner import Tuner
 
     runs = Path(runs_dir)
     if not resume:
-        from .inputs import check_writable_folder
+        from .config.inputs import check_writable_folder
 
         check_writable_folder(runs, f"--runs-dir {runs_dir}")  # before the run folder is made
     own = executor is None
@@ -53,8 +53,8 @@ def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "run
 
 
 def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: bool) -> Outcome:
-    from .realize import hand_over
-    from .report import write_best_config, write_report, write_results_tsv
+    from .output.realize import hand_over
+    from .output.report import write_best_config, write_report, write_results_tsv
 
     if tuner.script is not None:
         display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
@@ -95,7 +95,7 @@ def suggest(**keys: Any) -> dict[str, Any]:
     """What `autotune suggest key=value ...` advises, from the beliefs alone (no device): the object
     `--json` prints (schema_version, features, start, notes, hypotheses best first, skipped). Keys as the
     command takes them: `suggest(model="Qwen/Qwen2.5-7B", max_len=2048, effective_batch=16, gpu="4090")`."""
-    from .job_files import words_of
-    from .advice import advise
+    from .config.job_files import words_of
+    from .loop.advice import advise
 
     return advise(words_of(keys, "suggest"))

@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from autotune.job import job_from_words
-from autotune.tuner import StepBudget, Tuner
+from autotune.workloads.jobs import job_from_words
+from autotune.loop.tuner import StepBudget, Tuner
 
 FRAME = {"device": {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": False, "fused_adamw": True,
                     "memory_bytes": 8 * 2**30, "name": "simulated cpu",

@@ -23,13 +23,13 @@ import time
 import torch
 from transformers import TrainerCallback
 
-from autotune.job import job_from_words
-from autotune.knobs import Knobs
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import Knobs
 from autotune.probes.timing import relative_spread
-from autotune.runners.data import synthetic_rows
-from autotune.runners.instruments import Instruments
-from autotune.runners.models import build_model, resolve_config
-from autotune.runners.sft import PlanSampler, make_trainer, sft_config, step_shape, text_plan
+from autotune.engine.data import synthetic_rows
+from autotune.engine.instruments import Instruments
+from autotune.workloads.hf.models import build_model, resolve_config
+from autotune.workloads.hf.sft import PlanSampler, make_trainer, sft_config, step_shape, text_plan
 
 
 class Wall(TrainerCallback):

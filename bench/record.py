@@ -28,11 +28,11 @@ from typing import Any, Iterator
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from autotune.executors import LocalExecutor
-from autotune.io import write_json_atomic
-from autotune.job import job_from_words
+from autotune.util.io import write_json_atomic
+from autotune.workloads.jobs import job_from_words
 from autotune.kb.features import job_features
-from autotune.knobs import Knobs
-from autotune.tuner import StepBudget, Tuner
+from autotune.config.knobs import Knobs
+from autotune.loop.tuner import StepBudget, Tuner
 
 from .workloads import CPU_WORKLOADS, GPU_WORKLOADS, WORKLOADS, Workload, configs
 

@@ -17,7 +17,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from autotune.knobs import CATALOG, Knobs
+from autotune.config.knobs import CATALOG, Knobs
 from autotune.reasoner import key
 
 

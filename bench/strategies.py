@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autotune.job import Job
-from autotune.knobs import Knobs
+from autotune.config.job import Job
+from autotune.config.knobs import Knobs
 from autotune.reasoner import key
-from autotune.tuner import Tuner
+from autotune.loop.tuner import Tuner
 
 from .replay import ReplayExecutor, Table
 

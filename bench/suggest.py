@@ -6,7 +6,7 @@ Builds a knowledge base in a temporary folder: runs, trials (with slimmed measur
 writes them), learned claims and belief events carrying evidence, 10,000 records in all. Then times
 `autotune suggest` two ways, medians of the repeats:
 - in process, cold store: a new Store and Beliefs each time (what one CLI call does after its imports);
-- the whole command in a fresh interpreter (`python -m autotune.cli suggest ...`), imports included,
+- the whole command in a fresh interpreter (`python -m autotune.cli.main suggest ...`), imports included,
   against an empty knowledge base and against the full one, so the ratio shows what the records cost.
 Target: under 1 s.
 """
@@ -26,7 +26,7 @@ from pathlib import Path
 from autotune.kb import Store
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.claims import Claim, Clause, Evidence, Update
-from autotune.advice import advise
+from autotune.loop.advice import advise
 
 WORDS = ["model=Qwen/Qwen2.5-1.5B", "max_len=4096", "gpu=4090", "method=lora", "padding_share=0.4"]
 TARGET_S = 1.0
@@ -80,7 +80,7 @@ def command(folder: Path, repeats: int) -> float:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "autotune.cli", "suggest", *WORDS, "--json"], env=env, check=True,
+        subprocess.run([sys.executable, "-m", "autotune.cli.main", "suggest", *WORDS, "--json"], env=env, check=True,
                        stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - started)
     return statistics.median(times)

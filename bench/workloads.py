@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from autotune.knobs import NAIVE_START, Knobs, not_applicable
+from autotune.config.knobs import NAIVE_START, Knobs, not_applicable
 
 CPU_GRID: dict[str, tuple] = {
     "padding": ("max_length", "longest", "padding_free"),

@@ -39,7 +39,7 @@ tune() {  # tune LIMIT_S RUN key=value ...
     local limit=$1 run=$2
     shift 2
     echo "== tune $run $*"
-    timeout "$limit" python3 -m autotune.cli tune "$run" "$@" kb="$PWD/runs/gpu_kb" > "$out/$run.log" 2>&1
+    timeout "$limit" python3 -m autotune.cli.main tune "$run" "$@" kb="$PWD/runs/gpu_kb" > "$out/$run.log" 2>&1
     echo "exit $?"
     tail -3 "$out/$run.log"
     python3 scripts/run_summary.py "runs/$run" && cp "runs/$run/report.md" "$out/$run.md"

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from autotune.executors import LocalExecutor
-from autotune.job import job_from_words
-from autotune.knobs import Knobs
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import Knobs
 
 # Fast enough for unit tests of the runner: short rows, few of them.
 TINY_WORDS = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke"]

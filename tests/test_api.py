@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import autotune
-from autotune.cli import main
+from autotune.cli.main import main
 
 
 @pytest.fixture
@@ -73,9 +73,9 @@ def test_suggest_through_the_api_is_what_the_command_prints(in_tmp, capsys):
 
 def test_the_suggest_function_and_its_module_do_not_hide_each_other(monkeypatch):
     """`autotune.suggest` is the function; the advice behind it is a module a caller can import and patch."""
-    import autotune.advice as advice
+    import autotune.loop.advice as advice
 
     assert callable(autotune.suggest) and autotune.suggest.__module__ == "autotune.api"
-    monkeypatch.setattr("autotune.advice.advise", lambda words: {"words": words})
+    monkeypatch.setattr("autotune.loop.advice.advise", lambda words: {"words": words})
     assert autotune.suggest(model="7B", max_len=512) == {"words": ["model=7B", "max_len=512"]}
     assert advice.advise is not autotune.suggest

@@ -1,7 +1,7 @@
 """Every bad input is one line on stderr, the right exit code, no traceback, and nothing changed outside
 what the command owns (a refused job creates no run folder and touches no file at all).
 
-In-process through `autotune.cli.main`, so the whole table runs in seconds. The inputs the ordinary
+In-process through `autotune.cli.main.main`, so the whole table runs in seconds. The inputs the ordinary
 job validation already covers (tests/test_cli_validation.py: unknown key, bad choice, indivisible
 batch, ...) are not repeated here; these are the sizes, files and folders of issue 16.
 """
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import main
-from autotune.job import job_from_words
+from autotune.cli.main import main
+from autotune.workloads.jobs import job_from_words
 
 VALID = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4"]
 BIG = "9" * 5000
@@ -306,7 +306,7 @@ def _boom(*_args, **_kwargs):
 
 
 def test_an_unforeseen_exception_is_one_line_exit_1(world, capsys, monkeypatch):
-    monkeypatch.setattr("autotune.advice.advise", _boom)
+    monkeypatch.setattr("autotune.loop.advice.advise", _boom)
     assert main(["suggest", "model=7B", "max_len=512"]) == 1
     err = capsys.readouterr().err
     assert err.splitlines() == ["autotune: suggest: RuntimeError: an unforeseen failure with a second line; "
@@ -314,7 +314,7 @@ def test_an_unforeseen_exception_is_one_line_exit_1(world, capsys, monkeypatch):
 
 
 def test_autotune_debug_shows_the_traceback(world, capsys, monkeypatch):
-    monkeypatch.setattr("autotune.advice.advise", _boom)
+    monkeypatch.setattr("autotune.loop.advice.advise", _boom)
     monkeypatch.setenv("AUTOTUNE_DEBUG", "1")
     assert main(["suggest", "model=7B", "max_len=512"]) == 1
     err = capsys.readouterr().err
@@ -329,14 +329,14 @@ def test_an_os_error_names_the_file(world, capsys, monkeypatch):
     def full(*_args, **_kwargs):
         raise OSError(28, "No space left on device", "somewhere/kb_graph.png")
 
-    monkeypatch.setattr("autotune.kb_commands.draw", full)
+    monkeypatch.setattr("autotune.cli.kb_commands.draw", full)
     assert main(["kb", "graph"]) == 1
     line = capsys.readouterr().err.strip()
     assert line.startswith("autotune: kb graph: OSError:") and "somewhere/kb_graph.png" in line and "\n" not in line
 
 
 def test_a_script_that_declares_latin1_is_read_as_python_reads_it(tmp_path):
-    from autotune.script.styles import discover
+    from autotune.workloads.script.styles import discover
 
     script = tmp_path / "train.py"
     script.write_bytes(b"# -*- coding: latin-1 -*-\n# caf\xe9\n" + ARGPARSE.format(max_len=64, batch=2).encode())

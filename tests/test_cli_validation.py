@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune.job import JOB_KEYS
-from autotune.knobs import CATALOG
+from autotune.config.job_keys import JOB_KEYS
+from autotune.config.knobs import CATALOG
 
 REPO = Path(__file__).resolve().parents[1]
 VALID = {"model": "tiny-qwen2", "dataset": "synthetic", "max_len": "64", "effective_batch": "4"}
@@ -24,7 +24,7 @@ def _env() -> dict[str, str]:
 
 
 def autotune_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=cwd, env=_env(),
+    return subprocess.run([sys.executable, "-m", "autotune.cli.main", *args], cwd=cwd, env=_env(),
                           capture_output=True, text=True, timeout=60)
 
 
@@ -147,6 +147,6 @@ def test_a_run_name_already_used_is_refused_and_its_records_kept(tmp_path):
 
 def test_llm_without_a_key_or_a_server_is_one_line(tmp_path):
     env = {k: v for k, v in _env().items() if not k.startswith("OPENAI_")}
-    result = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", "demo", *job_words(llm="gpt-4o-mini")],
+    result = subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", "demo", *job_words(llm="gpt-4o-mini")],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert_rejected(result, tmp_path, "llm=gpt-4o-mini", "OPENAI_API_KEY")

@@ -11,8 +11,8 @@ import pytest
 from conftest import make_spec
 
 from autotune.executors import LocalExecutor
-from autotune.job import job_from_words
-from autotune.knobs import NUMERICS, Knobs, not_applicable
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import NUMERICS, Knobs, not_applicable
 from autotune.probes import parity
 
 pytestmark = pytest.mark.gpu

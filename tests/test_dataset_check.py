@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from autotune.dataset_check import check_rows
-from autotune.errors import JobError
-from autotune.runners.data import load_examples, row_text
+from autotune.config.dataset_check import check_rows
+from autotune.util.errors import JobError
+from autotune.engine.data import load_examples, row_text
 
 ROWS = [{"instruction": "say hi", "output": "hi"}, {"instruction": "count", "output": "1 2 3"}]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.decide import warm_check
+from autotune.loop.decide import warm_check
 from autotune.reasoner import Hypothesis, key
 from tests.reasoner.test_links import START, baseline, trial
 

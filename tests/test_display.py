@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from autotune.display import Progress
+from autotune.output.display import Progress
 
 BASELINE = {"trial": 0, "change": None, "state": "complete", "decision": "baseline", "samples_per_s": 10.0,
             "ratio": None, "reason": "baseline", "hypothesis": None}

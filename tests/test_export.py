@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune import realize
-from autotune.export import python_kwargs, trl_config
-from autotune.job import Job, job_from_words
-from autotune.knobs import Knobs
-from autotune.records import RunFolder
-from autotune.report import caveats, write_best_config
+from autotune.output import realize
+from autotune.workloads.hf.export import python_kwargs, trl_config
+from autotune.config.job import Job
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import Knobs
+from autotune.output.records import RunFolder
+from autotune.output.report import caveats, write_best_config
 
 trl = pytest.importorskip("trl")
 
@@ -25,7 +26,7 @@ BEST = Knobs(per_device_train_batch_size=16, padding="padding_free", attn_implem
 
 @pytest.fixture(scope="module")
 def fields():
-    from autotune.trl_args import sft_fields
+    from autotune.workloads.hf.trl_args import sft_fields
 
     return sft_fields()
 
@@ -149,7 +150,7 @@ def test_candidates_run_the_kept_chain_back_to_the_baseline():
 def test_realize_is_a_job_key_that_tests_can_turn_off():
     assert demo_job().realize is True and demo_job("realize=false").realize is False
     assert Job.from_dict({k: v for k, v in demo_job().to_dict().items() if k != "realize"}).realize is True
-    from autotune.errors import JobError
+    from autotune.util.errors import JobError
 
     with pytest.raises(JobError, match="realize"):
         demo_job("realize=maybe")

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from autotune.knobs import CATALOG, NUMERICS, Knobs, job_limits, not_applicable
-from autotune.trl_args import environment, knob_fields, model_fields, model_init_kwargs, outside_trl
+from autotune.config.knobs import CATALOG, NUMERICS, Knobs, job_limits, not_applicable
+from autotune.workloads.hf.trl_args import environment, knob_fields, model_fields, model_init_kwargs, outside_trl
 
 CPU = {"kind": "cpu", "cpu_count": 4, "bf16": True, "compile": True, "fused_adamw": True}
 BARE_CUDA = {"kind": "cuda", "cpu_count": 16, "bf16": True, "tf32": True, "flash_attn": False, "compile": True,
@@ -109,8 +109,8 @@ def test_a_record_from_before_these_knobs_loads_with_them_off():
 
 
 def _parity(base_losses, candidate_losses, knobs, start):
-    from autotune.outcome import Incumbent
-    from autotune.verdict import parity_check
+    from autotune.loop.outcome import Incumbent
+    from autotune.loop.verdict import parity_check
 
     return parity_check({"parity_losses": base_losses}, {"parity_losses": candidate_losses},
                         Incumbent(start, [1.0], 0), knobs, start, [])
@@ -143,8 +143,8 @@ def test_a_qlora_start_keeps_precisions_tolerance_on_changes_that_leave_the_base
 
 
 def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_fit(capsys):
-    from autotune.cli import main
-    from autotune.advice import estimate_headroom, model_shape
+    from autotune.cli.main import main
+    from autotune.loop.advice import estimate_headroom, model_shape
 
     words = ["model=Qwen/Qwen2.5-7B", "method=lora", "max_len=4096", "gpu=4090"]
     assert main(["suggest", *words, "--json"]) == 0
@@ -166,7 +166,7 @@ def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_f
 
 
 def _typed(change: str) -> tuple[str, object]:
-    from autotune.knobs import parse_knob_value
+    from autotune.config.knobs import parse_knob_value
 
     name, _, text = change.partition("=")
     return name, parse_knob_value(name, text)

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from autotune.errors import JobError, RecordError
-from autotune.inputs import (MAX_DIGITS, MAX_JSON_DEPTH, MAX_YAML_NODES, check_digits, check_word,
+from autotune.util.errors import JobError, RecordError
+from autotune.config.inputs import (MAX_DIGITS, MAX_JSON_DEPTH, MAX_YAML_NODES, check_digits, check_word,
                              check_writable_file, check_writable_folder, parse_json, parse_yaml, read_json)
 
 

@@ -10,10 +10,10 @@ import os
 import pytest
 from test_records import minimal_experiment
 
-from autotune.cli import main
-from autotune.io import DiskError, append_line, write_json_atomic
+from autotune.cli.main import main
+from autotune.util.io import DiskError, append_line, write_json_atomic
 from autotune.kb.store import Store
-from autotune.records import RunFolder
+from autotune.output.records import RunFolder
 
 
 def full_disk_after(monkeypatch, allowed: int) -> list[int]:
@@ -144,7 +144,7 @@ def test_a_tune_that_fills_the_disk_stops_whole_and_resumes(tmp_path, monkeypatc
     from test_resume import FACTORS
     from test_tuner import TableExecutor
 
-    from autotune.tuner import Tuner
+    from autotune.loop.tuner import Tuner
 
     job, real = tiny_job("max_trials=4", run="r"), os.write
     folder = RunFolder(tmp_path, "r")

@@ -6,9 +6,11 @@ import json
 
 import pytest
 
-from autotune.errors import JobError, RecordError
-from autotune.job import SMOKE_TIME_BUDGET_S, Job, job_from_words, parse_duration
-from autotune.knobs import NAIVE_START, Knobs
+from autotune.util.errors import JobError, RecordError
+from autotune.config.job import SMOKE_TIME_BUDGET_S, Job
+from autotune.workloads.jobs import job_from_words
+from autotune.config.job_values import parse_duration
+from autotune.config.knobs import NAIVE_START, Knobs
 from autotune.schemas import validate
 
 BASE = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=16"]
@@ -139,7 +141,7 @@ def test_hosts_in_the_accepted_form_parse(host):
 
 
 def test_ssh_config_names_a_file_goes_with_an_ssh_host_and_is_kept_in_the_records(tmp_path, monkeypatch):
-    from autotune.job_files import job_yaml
+    from autotune.config.job_files import job_yaml
 
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "lab_config").write_text("Host gpu-box\n  HostName 10.0.0.7\n")

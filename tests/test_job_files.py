@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.errors import JobError
-from autotune.export import trl_config, write_files
-from autotune.job import job_from_words
-from autotune.job_files import job_mapping, job_yaml
-from autotune.knobs import Knobs
+from autotune.util.errors import JobError
+from autotune.workloads.hf.export import trl_config, write_files
+from autotune.workloads.jobs import job_from_words
+from autotune.config.job_files import job_mapping, job_yaml
+from autotune.config.knobs import Knobs
 
 # The installed names (transformers >= 5.23, trl >= 1.16), so the files below are what a run writes.
 FIELDS = frozenset({"per_device_train_batch_size", "gradient_accumulation_steps", "bf16", "fp16", "tf32",
@@ -140,7 +140,7 @@ def test_the_run_folders_job_yaml_reruns_the_job_as_it_ran(tmp_path, words):
 
 
 def test_a_tune_writes_job_yaml_beside_job_json(tmp_path):
-    from autotune.records import RunFolder
+    from autotune.output.records import RunFolder
 
     job, _ = job_from_words("r", JOBS[0])
     folder = RunFolder(tmp_path / "runs", "r")

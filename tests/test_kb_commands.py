@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import main
+from autotune.cli.main import main
 from autotune.kb.beliefs import Beliefs, load_priors
 from autotune.kb.claims import Evidence, Update
 from autotune.kb.experience import Experience

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune import keep_rule
+from autotune.loop import keep_rule
 
 
 def run(speed: float) -> dict:

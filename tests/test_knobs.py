@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.errors import JobError
-from autotune.knobs import CATALOG, NAIVE_START, Knobs, divisors, not_applicable, parse_knob_value
+from autotune.util.errors import JobError
+from autotune.config.knobs import CATALOG, NAIVE_START, Knobs, divisors, not_applicable, parse_knob_value
 
 CPU = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": True, "fused_adamw": True, "memory_bytes": 2**34}
 CUDA = {"kind": "cuda", "cpu_count": 16, "bf16": True, "tf32": True, "flash_attn": True, "compile": True,

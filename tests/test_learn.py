@@ -10,13 +10,13 @@ import pytest
 from conftest import TINY_WORDS
 from test_tuner import TableExecutor
 
-from autotune.job import job_from_words
+from autotune.workloads.jobs import job_from_words
 from autotune.kb import Store, kb_folder
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.experience import Experience
-from autotune.learn import trials_to_best
-from autotune.records import RunFolder
-from autotune.tuner import Tuner
+from autotune.loop.learn import trials_to_best
+from autotune.output.records import RunFolder
+from autotune.loop.tuner import Tuner
 
 FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5,
            ("attn_implementation", "sdpa"): 1.3}

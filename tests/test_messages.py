@@ -14,15 +14,17 @@ from types import SimpleNamespace
 import pytest
 from conftest import make_spec, tiny_job
 
-from autotune import job_from_dict, trial_spec
-from autotune.errors import RecordError
+from autotune import job_from_dict
+from autotune.loop import trial_spec
+from autotune.util.errors import RecordError
 from autotune.executors import LocalExecutor
-from autotune.knobs import Knobs
-from autotune.messages import (PARITY_STEPS, Measurement, RunResult, TrialSpec, measured_ids, parity_ids,
+from autotune.config.knobs import Knobs
+from autotune.config.messages import (PARITY_STEPS, Measurement, RunResult, TrialSpec, measured_ids, parity_ids,
                                read_result, rows_needed)
-from autotune.records import RunFolder
-from autotune.runners import common, mlp
-from autotune.trial_spec import StepBudget
+from autotune.output.records import RunFolder
+from autotune.engine import common
+from autotune.workloads.mlp import runner as mlp
+from autotune.loop.trial_spec import StepBudget
 
 DATA = Path(__file__).parent / "data"
 OLD = sorted(DATA.glob("experiments_v1_*.jsonl"))
@@ -98,7 +100,7 @@ def test_the_executor_ends_a_malformed_spec_as_invalid_without_running_it(tmp_pa
 
 
 def test_a_probe_of_a_script_carries_only_what_its_hooks_read(tmp_path):
-    """script/probe.py's run: a partial job and knobs are a valid spec as kind=probe, never as a trial."""
+    """workloads/script/probe.py's run: a partial job and knobs are a valid spec as kind=probe, never as a trial."""
     probe = {"schema_version": 1, "kind": "probe", "runner": "script", "job": {"seed": 0, "smoke": True},
              "knobs": {"precision": "fp32"}, "flags": [], "measure_steps": 1, "warmup_max": 0,
              "script": {"path": "train.py", "cwd": str(tmp_path), "configs": [], "edits": {}, "args": []},

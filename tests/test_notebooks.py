@@ -1,5 +1,5 @@
 """The notebooks in notebooks/, executed against a knowledge base that real tuner runs filled, and the
-helpers in autotune/notebook.py they are built on.
+helpers in autotune/output/notebook.py they are built on.
 
 The runs cost no device time (TableExecutor answers from a table); each notebook is executed once per
 knowledge base (a kernel start is seconds), and the tests read what a user would see in its outputs.
@@ -18,12 +18,12 @@ from conftest import tiny_job
 from nbclient import NotebookClient
 from test_tuner import TableExecutor
 
-from autotune import notebook as nb
+from autotune.output import notebook as nb
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.claims import Claim, Evidence, Update, parse_condition
 from autotune.kb.store import Store
-from autotune.report import best_config, write_report
-from autotune.tuner import Tuner
+from autotune.output.report import best_config, write_report
+from autotune.loop.tuner import Tuner
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -160,7 +160,7 @@ def test_explorer_shows_the_latest_runs_trials_and_plots(tuned, explorer):
     assert all(name in text(explorer["plots"]) for name in pngs)
 
 
-# ---------------------------------------------------------------------------- autotune/notebook.py
+# ---------------------------------------------------------------------------- autotune/output/notebook.py
 
 def test_open_kb_reads_a_missing_folder_as_the_priors_without_creating_it(tmp_path):
     folder, store, beliefs = nb.open_kb(tmp_path / "none")

@@ -9,8 +9,8 @@ import pytest
 from conftest import tiny_job
 from table_outcomes import Table, TableSlots
 
-from autotune.records import RunFolder
-from autotune.tuner import Tuner
+from autotune.output.records import RunFolder
+from autotune.loop.tuner import Tuner
 
 NOTHING_KEPT = "dataloader_num_workers,attn_implementation,optim"
 
@@ -74,7 +74,7 @@ def test_a_gain_tried_on_a_slower_card_is_judged_on_that_card_alone(tmp_path, mo
     twin = next(r for r in serial.records if r["trial"] == kept["trial"])
     assert kept["ratio"] == pytest.approx(twin["ratio"]) and kept["samples_per_s"] == pytest.approx(0.7 * twin["samples_per_s"])
     # The report says so when the best config's speed and the baseline's come from two cards.
-    from autotune.report import _other_card
+    from autotune.output.report import _other_card
 
     assert parallel.best.trial == kept["trial"]
     assert _other_card(parallel) == ", on 10.0.0.1 GPU 1; the baseline on 10.0.0.1 GPU 0"
@@ -104,7 +104,7 @@ def test_a_lost_slot_is_a_crash_and_the_tune_goes_on(tmp_path, monkeypatch):
 
 
 def test_the_replay_gives_the_tape_while_it_matches_then_measures_on_the_tapes_slot(tmp_path):
-    from autotune.parallel import Tape, _Replay, _same
+    from autotune.loop.parallel import Tape, _Replay, _same
     from autotune.reasoner import Hypothesis
 
     start = tiny_job().start.to_dict()
@@ -125,7 +125,7 @@ def test_the_replay_gives_the_tape_while_it_matches_then_measures_on_the_tapes_s
 
 
 def test_a_trial_whose_slot_was_lost_before_it_began_runs_whole_on_a_live_slot(tmp_path):
-    from autotune.parallel import Tape, _Recording, _Replay
+    from autotune.loop.parallel import Tape, _Recording, _Replay
     from autotune.reasoner import Hypothesis
 
     start = tiny_job().start.to_dict()
@@ -147,7 +147,7 @@ def test_a_trial_whose_slot_was_lost_before_it_began_runs_whole_on_a_live_slot(t
 
 def test_an_incumbent_rebuilt_from_records_or_the_knowledge_base_keeps_each_runs_card():
     from autotune.kb.experience import _slim
-    from autotune.outcome import Incumbent
+    from autotune.loop.outcome import Incumbent
 
     here, there = {"node": "10.0.0.1", "gpu": "0"}, {"node": "10.0.0.1", "gpu": "1"}
     run = {"samples_per_s": 2.0, "step_times_s": [0.5, 0.5]}

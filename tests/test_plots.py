@@ -5,8 +5,8 @@ from __future__ import annotations
 from conftest import tiny_job
 from test_tuner import TableExecutor
 
-from autotune.report import best_config, write_report
-from autotune.tuner import Tuner
+from autotune.output.report import best_config, write_report
+from autotune.loop.tuner import Tuner
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -7,10 +7,10 @@ from importlib import resources
 
 import pytest
 
-from autotune.errors import JobError, RecordError
+from autotune.util.errors import JobError, RecordError
 from autotune import job_from_dict
-from autotune.knobs import Knobs
-from autotune.records import RunFolder
+from autotune.config.knobs import Knobs
+from autotune.output.records import RunFolder
 
 
 def _schema(name: str) -> dict:

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from autotune import reference
-from autotune.job import JOB_KEYS
-from autotune.knobs import CATALOG
+from autotune.output import reference
+from autotune.config.job_keys import JOB_KEYS
+from autotune.config.knobs import CATALOG
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "reference"
 
@@ -12,7 +12,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "reference"
 def test_the_committed_reference_pages_are_the_tables_as_they_are_now():
     for name, render in reference.PAGES.items():
         committed = (DOCS / name).read_text()
-        assert committed == render(), f"docs/reference/{name} is stale: run python -m autotune.reference docs/reference"
+        assert committed == render(), f"docs/reference/{name} is stale: run python -m autotune.output.reference docs/reference"
 
 
 def test_every_job_key_and_knob_is_listed():

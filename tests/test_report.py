@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from autotune.job import Job
-from autotune.knobs import Knobs
-from autotune.records import RunFolder
-from autotune.report import caveats, write_best_config, write_results_tsv
+from autotune.config.job import Job
+from autotune.config.knobs import Knobs
+from autotune.output.records import RunFolder
+from autotune.output.report import caveats, write_best_config, write_results_tsv
 
 
 def make_job(**overrides) -> Job:
@@ -63,7 +63,7 @@ def test_vlm_settings_that_no_trainer_argument_holds_are_named_in_caveats():
 
 
 def test_compile_time_is_reported_out_of_the_timing():
-    from autotune.report import _compile_lines, compile_cost_s
+    from autotune.output.report import _compile_lines, compile_cost_s
 
     # Two parity/warm-up steps: the first holds 4.5 s of compilation over a 0.5 s steady step.
     compiled = {"warmup_times_s": [5.0, 0.6], "median_step_s": 0.5}

@@ -9,11 +9,11 @@ import pytest
 from conftest import tiny_job
 from test_tuner import TableExecutor
 
-from autotune.cli import main
+from autotune.cli.main import main
 from autotune.kb import Store, kb_folder
 from autotune.kb.experience import Experience
-from autotune.records import RunFolder
-from autotune.tuner import Tuner
+from autotune.output.records import RunFolder
+from autotune.loop.tuner import Tuner
 
 FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5,
            ("attn_implementation", "sdpa"): 1.3}

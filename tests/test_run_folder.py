@@ -17,13 +17,13 @@ import pytest
 from conftest import TINY_WORDS, tiny_job
 from test_tuner import TableExecutor
 
-from autotune.cli import main
-from autotune.errors import JobError
-from autotune.job import job_from_words
+from autotune.cli.main import main
+from autotune.util.errors import JobError
+from autotune.workloads.jobs import job_from_words
 from autotune.kb import Store
 from autotune.kb.experience import Experience
-from autotune.records import RunFolder
-from autotune.tuner import Tuner
+from autotune.output.records import RunFolder
+from autotune.loop.tuner import Tuner
 
 FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5}
 REPO = Path(__file__).resolve().parents[1]
@@ -72,7 +72,7 @@ def test_tune_resume_and_review_of_a_dot_name_exit_2_and_touch_nothing_outside(t
 
 def hold_lock(root: Path) -> subprocess.Popen:
     """Another process holding RUN r's lock (as a live tuner does) until its stdin closes."""
-    code = ("import sys\nfrom autotune.records import RunFolder\n"
+    code = ("import sys\nfrom autotune.output.records import RunFolder\n"
             "with RunFolder(sys.argv[1], 'r').locked():\n    print('held', flush=True)\n    sys.stdin.read()\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True, env={**os.environ, "PYTHONPATH": str(REPO)})

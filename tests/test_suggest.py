@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from autotune.cli import main
-from autotune.advice import estimate_headroom, model_shape
+from autotune.cli.main import main
+from autotune.loop.advice import estimate_headroom, model_shape
 
 COMMON = ["model=Qwen/Qwen2.5-1.5B", "precision=bf16", "attn_implementation=sdpa"]
 TIGHT = COMMON + ["gpu=4090", "max_len=4096"]          # 24 GB, long rows: memory is the constraint
@@ -83,7 +83,7 @@ def test_model_size_is_read_from_a_name_or_a_preset():
 
 def test_headroom_estimate_shrinks_with_rows_and_grows_with_the_card():
     shape = model_shape("1.5B")
-    from autotune.knobs import Knobs
+    from autotune.config.knobs import Knobs
 
     knobs = Knobs(precision="bf16", attn_implementation="sdpa")
     assert estimate_headroom(shape, 4096, 24, "lora", knobs) < estimate_headroom(shape, 512, 24, "lora", knobs)
@@ -129,7 +129,7 @@ def test_a_fit_proposes_only_what_tune_would_try_for_the_job(capsys):
 def test_logits_count_only_where_the_loss_holds_them():
     """A text job's loss is TRL's fused LM head: the chunked loss saves nothing there, and does in an
     image-text model's own loop."""
-    from autotune.knobs import Knobs
+    from autotune.config.knobs import Knobs
 
     plain, chunked = Knobs(precision="bf16"), Knobs(precision="bf16", chunked_cross_entropy=True)
     text, vision = model_shape("Qwen/Qwen2.5-1.5B"), model_shape("tiny-qwen2-vl")

@@ -17,10 +17,10 @@ from test_resume import FACTORS, KilledAt
 from test_tuner import TableExecutor
 
 from autotune import executors
-from autotune.cli import main
-from autotune.job import job_from_words
-from autotune.job_files import job_yaml
-from autotune.records import RunFolder
+from autotune.cli.main import main
+from autotune.workloads.jobs import job_from_words
+from autotune.config.job_files import job_yaml
+from autotune.output.records import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -206,7 +206,7 @@ def test_databricks_alone_is_a_tracking_uri(in_tmp, monkeypatch, capfd):
     _needs_mlflow()
     assert job_from_words("r", ["model=mlp", "mlflow=databricks"])[0].mlflow == "databricks"
     assert job_from_words("r", ["model=mlp", "mlflow=databricks://team"])[0].mlflow == "databricks://team"
-    from autotune.tracking import trackers_for
+    from autotune.output.tracking import trackers_for
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "databricks")
     job, _ = job_from_words("r", ["model=mlp"])
@@ -242,7 +242,7 @@ def test_a_password_in_the_uri_is_never_printed_written_to_job_yaml_or_logged(in
 
 def test_credential_flags_of_script_args_reach_the_store_hidden(in_tmp):
     """`--hub_token X` in script_args: the store's params and its job.yaml hold ***, the run folder's the value."""
-    from autotune.tracking import job_params
+    from autotune.output.tracking import job_params
 
     job, _ = job_from_words("r", ["model=mlp"])
     job = dataclasses.replace(job, script="train.py", script_args="--hub_token s3cret --tokenizer_name gpt2 "
@@ -256,7 +256,7 @@ def test_credential_flags_of_script_args_reach_the_store_hidden(in_tmp):
 
 
 def test_a_failure_writing_the_report_ends_the_parent_failed(in_tmp, store, monkeypatch, capfd):
-    from autotune import report
+    from autotune.output import report
 
     def full_disk(*_args, **_kwargs):
         raise OSError(28, "No space left on device")

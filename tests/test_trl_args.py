@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from autotune.knobs import NAIVE_START, Knobs, not_applicable
+from autotune.config.knobs import NAIVE_START, Knobs, not_applicable
 from autotune.reasoner.rank import CATALOG_ORDER
-from autotune.trl_args import knob_fields, lora_fields, lora_kwargs, sft_fields
+from autotune.workloads.hf.trl_args import knob_fields, lora_fields, lora_kwargs, sft_fields
 
 trl = pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
@@ -113,7 +113,7 @@ def test_a_prefetch_factor_means_the_same_in_autotunes_own_loop_as_in_sft_traine
     """0 is torch's default (2 per worker) in both: a ranked change to 4 is a real change on a VLM too."""
     from torch.utils.data import DataLoader
 
-    from autotune.runners.common import loader_prefetch
+    from autotune.engine.common import loader_prefetch
 
     knobs = Knobs(dataloader_num_workers=2, dataloader_prefetch_factor=factor).to_dict()
     trl_value = knob_fields(knobs, MAX_LEN, EFFECTIVE_BATCH, cpu=True)["dataloader_prefetch_factor"]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import main
+from autotune.cli.main import main
 from autotune.schemas import violation
-from autotune.tune_result import _interval
+from autotune.output.tune_result import _interval
 
 
 def test_json_is_all_of_stdout_and_no_gain_exits_3(in_tmp, capfd):

@@ -15,9 +15,9 @@ import pytest
 from conftest import tiny_job
 from table_outcomes import FRAME, LOSSES, WORKLOAD
 
-from autotune.errors import AutotuneError
-from autotune.records import RunFolder
-from autotune.tuner import Tuner
+from autotune.util.errors import AutotuneError
+from autotune.output.records import RunFolder
+from autotune.loop.tuner import Tuner
 
 
 class TableExecutor:

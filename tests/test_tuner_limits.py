@@ -7,8 +7,8 @@ from __future__ import annotations
 from conftest import tiny_job
 from test_tuner import FRAME, TableExecutor
 
-from autotune.job import job_from_words
-from autotune.tuner import Tuner, runner_for
+from autotune.workloads.jobs import job_from_words
+from autotune.loop.tuner import Tuner, runner_for
 
 
 class LimitedFrame(TableExecutor):

@@ -11,8 +11,8 @@ from test_tuner import TableExecutor
 
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.store import Store
-from autotune.report import best_config, write_report
-from autotune.tuner import Tuner
+from autotune.output.report import best_config, write_report
+from autotune.loop.tuner import Tuner
 
 CLAIM = {"knob": "optim", "value": "adamw_torch_fused", "direction": "helps", "ratio": 1.2,
          "condition": "device_kind == cpu", "statement": "the fused optimizer saves launches"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import JobError
+from ..util.errors import JobError
 from .base import Executor
 from .local import LocalExecutor
 

@@ -18,7 +18,7 @@ from typing import Any
 import paramiko
 from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
-from ..io import append_line
+from ..util.io import append_line
 
 KNOWN_HOSTS = "~/.ssh/known_hosts"
 

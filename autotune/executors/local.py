@@ -2,7 +2,7 @@
 
 Children are forked from a fork server that has imported torch and transformers (never CUDA: the
 import does not initialise it), so each trial is a new process without ~5 s of imports. `fork=False`
-starts each trial as `python -m autotune.runners.X` instead (another interpreter, or debugging).
+starts each trial as `python -m <its runner module>` instead (another interpreter, or debugging).
 """
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..messages import read_result, write_spec
-from ..runners.common import OWNER_ENV, STDERR_TAIL, run_forked
+from ..config.messages import read_result, write_spec
+from ..engine import RUNNER_MODULES
+from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
 
-PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.runners.hf", "autotune.runners.mlp",
-           "autotune.runners.train", "autotune.runners.models",
+PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
+           "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
            # Text trials train inside trl.SFTTrainer: trl, datasets and the trainer's modules load once here.
-           "trl", "datasets", "autotune.runners.sft", "autotune.runners.instruments"]
+           "trl", "datasets", "autotune.workloads.hf.sft", "autotune.engine.instruments"]
 _fork_server = None
 
 
@@ -63,7 +64,7 @@ class LocalExecutor:
             child.start()
             return child
         with open(paths[2], "w") as out, open(paths[3], "w") as err:
-            return subprocess.Popen([self.python, "-m", f"autotune.runners.{runner}", *paths[:2]], stdout=out,
+            return subprocess.Popen([self.python, "-m", RUNNER_MODULES[runner], *paths[:2]], stdout=out,
                                     stderr=err, env={**os.environ, **env}, start_new_session=True)
 
     @staticmethod

@@ -31,8 +31,8 @@ from typing import Any, Callable
 import ray
 import ray.exceptions
 
-from ..errors import AutotuneError
-from ..messages import read_result, write_spec
+from ..util.errors import AutotuneError
+from ..config.messages import read_result, write_spec
 from .local import LocalExecutor
 from .ray_slots import LABEL, cluster_models, pack, pack_paths, pick_model, slot_folder, unpack
 

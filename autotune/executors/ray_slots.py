@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..errors import AutotuneError
+from ..util.errors import AutotuneError
 
 LABEL = "accelerator_type:"
 # Held by a slot for its lifetime inside its folder: a folder whose lock is free was left by a dead slot.

@@ -31,10 +31,10 @@ from typing import Any
 
 import paramiko
 
-from ..errors import AutotuneError
-from ..inputs import check_run_name
-from ..messages import read_result, write_spec
-from ..runners.common import STDERR_TAIL
+from ..util.errors import AutotuneError
+from ..config.inputs import check_run_name
+from ..config.messages import read_result, write_spec
+from ..engine.common import STDERR_TAIL
 from . import ssh_chain, ssh_route
 
 POLL_S = 1.0

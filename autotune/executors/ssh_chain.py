@@ -12,7 +12,7 @@ from pathlib import Path
 
 import paramiko
 
-from ..errors import AutotuneError
+from ..util.errors import AutotuneError
 from . import known_hosts
 from .ssh_route import Hop, split
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from paramiko.config import SSHConfig
 from paramiko.ssh_exception import ConfigParseError
 
-from ..errors import JobError
+from ..util.errors import JobError
 from .known_hosts import KNOWN_HOSTS
 
 DEFAULT_CONFIG = "~/.ssh/config"

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 import networkx as nx
 
-from ..errors import RecordError
+from ..util.errors import RecordError
 from .claims import Claim, Evidence, Update
 from .store import Store
 

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from ..errors import RecordError
-from ..knobs import CATALOG
+from ..util.errors import RecordError
+from ..config.knobs import CATALOG
 
 OPS = (">=", "<=", "!=", "==", ">", "<")
 INT_KNOBS = tuple(name for name, knob in CATALOG.items() if knob.kind == "int")

@@ -13,7 +13,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-from ..knobs import Knobs
+from ..config.knobs import Knobs
 from .features import distance
 from .store import Store
 

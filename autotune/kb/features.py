@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from ..knobs import Knobs
+from ..config.knobs import Knobs
 
 # Memory of common cards (GB), so `suggest gpu=4090` knows what a 4090 holds; `gpu_mem=` overrides.
 GPU_MEMORY_GB = {"4090": 24, "3090": 24, "a10": 24, "l4": 24, "a5000": 24, "t4": 16, "v100": 32,

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..io import DiskError
+from ..util.io import DiskError
 from ..schemas import digest as schemas_digest
 
 SUFFIX = ".jsonl"

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import RecordError
-from ..io import write_json_atomic
+from ..util.errors import RecordError
+from ..util.io import write_json_atomic
 
 PEAKS_FILE = "device_peaks.json"
 

@@ -44,8 +44,8 @@ from typing import Any, Iterable, Mapping
 from tinydb import TinyDB, where
 from tinydb.storages import Storage
 
-from ..errors import RecordError
-from ..io import DiskError, write_all
+from ..util.errors import RecordError
+from ..util.io import DiskError, write_all
 from ..schemas import violation
 from .files import SUFFIX, checked_prefix, cut, fsync_dir, locked, marker_path, write_mark
 from .repair import Repair, repair

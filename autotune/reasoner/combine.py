@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..knobs import Knobs, not_applicable
+from ..config.knobs import Knobs, not_applicable
 
 
 def together(incumbent: Knobs, changes: Iterable[tuple[str, Any]], device: dict[str, Any],

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..kb.claims import Claim
-from ..knobs import Knobs, not_applicable
+from ..config.knobs import Knobs, not_applicable
 from .combine import repaired
 from .rank import Hypothesis, key
 

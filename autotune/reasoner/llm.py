@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from ..errors import JobError
+from ..util.errors import JobError
 from ..kb.claims import INT_KNOBS, Claim, ConditionError, parse_condition
 from ..kb.features import NUMERIC, fingerprint
-from ..knobs import CATALOG, Knobs, not_applicable, parse_knob_value
+from ..config.knobs import CATALOG, Knobs, not_applicable, parse_knob_value
 from ..schemas import load
 from .rank import Hypothesis, key, score
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from ..kb.claims import Claim, change_value
-from ..knobs import CATALOG, IMAGE_PIXEL_CAP, Knobs, divisors, not_applicable
+from ..config.knobs import CATALOG, IMAGE_PIXEL_CAP, Knobs, divisors, not_applicable
 from .combine import repaired, together
 
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..kb.claims import Claim
-from ..knobs import CATALOG, Knobs, divisors
+from ..config.knobs import CATALOG, Knobs, divisors
 from .combine import repaired
 from .links import incumbents, linked
 from .rank import CATALOG_ORDER, Hypothesis, key, score

@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..errors import RecordError
+from ..util.errors import RecordError
 
 NAMES = ("job", "knobs", "trial_spec", "run_result", "measurement", "experiment", "llm_proposal", "llm_call",
          "realized")

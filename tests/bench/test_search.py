@@ -13,7 +13,7 @@ from bench.search import ratio_at, runs_to_best, trials_to_best
 from bench.strategies import PEERS, Trace, autotune_search, learn_from
 from bench.workloads import WORKLOADS, configs
 
-from autotune.knobs import Knobs
+from autotune.config.knobs import Knobs
 
 TABLES = sorted((Path(__file__).parents[2] / "bench" / "tables").glob("cpu-*.json"))
 

@@ -20,7 +20,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo_script"
 
 
 def autotune(cwd: Path, *words: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autotune.cli", "tune", *words], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", *words], cwd=cwd, capture_output=True,
                           text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
 
 
@@ -142,7 +142,7 @@ def test_the_nanogpt_style_script_is_tuned_through_its_configurator(tmp_path, mo
     # Globals overridden by a Python config and a --key=value flag, the model called as model(X, Y) with
     # dropout 0.1: the trial passes --batch_size again and edits the config's copy, the hooks see both
     # applied, and parity is read from the loss the script computes.
-    from autotune import cli
+    import autotune.cli.main as cli
 
     shutil.copytree(EXAMPLES, tmp_path / "examples" / "byo_script")
     before = hashes(tmp_path / "examples")
@@ -199,8 +199,8 @@ def test_settings_no_name_covers_are_confirmed_by_probe_runs(tmp_path, monkeypat
     # accum_every and use_amp are in no name table; log_acc_every looks as much like an accumulation but
     # the script never reads it. The switch's runs say it stands for bf16.
     from autotune import schemas
-    from autotune.job import job_from_words
-    from autotune.script import ScriptAdapter
+    from autotune.workloads.jobs import job_from_words
+    from autotune.workloads.script import ScriptAdapter
 
     (tmp_path / "loop.py").write_text(PROBED)
     (tmp_path / "loop.yaml").write_text("train:\n  log_acc_every: 10\n  batch_size: 1\n  accum_every: 4\n  max_len: 32\n"
@@ -258,8 +258,8 @@ ORDERED = textwrap.dedent('''
 def test_length_grouping_and_packing_switches_are_confirmed_by_probe_runs(tmp_path, monkeypatch):
     # sort_by_len and concat_rows are in no name table. The probe runs see the first make consecutive
     # micro-batches alike in length and the second make every batch full width with no padding.
-    from autotune.job import job_from_words
-    from autotune.script import ScriptAdapter
+    from autotune.workloads.jobs import job_from_words
+    from autotune.workloads.script import ScriptAdapter
 
     (tmp_path / "order.py").write_text(ORDERED)
     # bucket_by_len_log looks as much like a grouping switch, but the script never reads it.

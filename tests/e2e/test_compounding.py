@@ -20,7 +20,7 @@ import pytest
 
 from autotune.kb import Store
 from autotune.kb.experience import Experience
-from autotune.learn import trials_to_best
+from autotune.loop.learn import trials_to_best
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ SEQUENCE_KNOBS = ("padding", "group_by_length", "attn_implementation", "gradient
 
 
 def tune(folder, kb, run: str, *words: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", run, *START, f"kb={kb}", *words], cwd=folder,
+    done = subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", run, *START, f"kb={kb}", *words], cwd=folder,
                           capture_output=True, text=True, timeout=600, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr[-3000:]
     lines = (folder / "runs" / run / "experiments.jsonl").read_text().splitlines()

@@ -20,7 +20,7 @@ JOB = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4
 
 
 def start(tmp_path, *words):
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", "tune", "k", *words], cwd=tmp_path,
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli.main", "tune", "k", *words], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
 

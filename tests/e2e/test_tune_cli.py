@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def autotune(tmp_path, *words, env=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "autotune.cli", "tune", *words], cwd=tmp_path, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", *words], cwd=tmp_path, capture_output=True,
                           text=True, timeout=timeout, env={**os.environ, "CUDA_VISIBLE_DEVICES": "", **(env or {})})
 
 

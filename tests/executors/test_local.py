@@ -113,7 +113,7 @@ def test_a_trial_ends_when_the_process_that_started_it_is_killed(tmp_path, start
 
 
 def test_the_runner_also_runs_as_a_plain_module_process(tmp_path, framed):
-    """`python -m autotune.runners.hf SPEC RESULT`: the path for another interpreter (or a remote box)."""
+    """`python -m autotune.workloads.hf.runner SPEC RESULT`: the path for another interpreter (or a remote box)."""
     framed()
     result = LocalExecutor(fork=False).run(make_spec(tmp_path), tmp_path / "plain", timeout_s=300)
     assert result["state"] == "complete" and result["exit_code"] == 0

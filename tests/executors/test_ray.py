@@ -29,12 +29,12 @@ import table_outcomes  # noqa: E402
 from conftest import make_spec, tiny_job  # noqa: E402
 from table_outcomes import DOOMED, Table  # noqa: E402
 
-from autotune.errors import AutotuneError, JobError  # noqa: E402
+from autotune.util.errors import AutotuneError, JobError  # noqa: E402
 from autotune.executors import get_executor  # noqa: E402
 from autotune.executors.ray import RayExecutor  # noqa: E402
-from autotune.records import RunFolder  # noqa: E402
-from autotune.report import write_best_config, write_report  # noqa: E402
-from autotune.tuner import Tuner  # noqa: E402
+from autotune.output.records import RunFolder  # noqa: E402
+from autotune.output.report import write_best_config, write_report  # noqa: E402
+from autotune.loop.tuner import Tuner  # noqa: E402
 
 pytestmark = pytest.mark.slow
 MODEL = "FAKE"

@@ -19,7 +19,7 @@ import pytest
 from conftest import make_spec, tiny_job
 from sshd_server import sshd  # noqa: F401  (the fixture: a real sshd on loopback)
 
-from autotune.errors import AutotuneError
+from autotune.util.errors import AutotuneError
 from autotune.executors.ssh import SSHExecutor
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def test_an_unknown_host_key_is_refused_with_the_way_to_trust_it(sshd, monkeypat
 
 def test_a_whole_smoke_tune_runs_through_the_host(trusted, tmp_path):
     # The framework-free MLP: the loop over SSH is the same, without a transformers import in every run.
-    done = subprocess.run([sys.executable, "-m", "autotune.cli", "tune", "remote", "model=mlp", "mlp_width=64",
+    done = subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", "remote", "model=mlp", "mlp_width=64",
                            "mlp_rows=512", "max_len=64", "effective_batch=8", "smoke", "max_trials=1",
                            f"host={trusted.host}", f"ssh_python={sys.executable}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
@@ -126,8 +126,8 @@ def _unchanged(before: dict[str, set[str]], after: dict[str, set[str]]) -> bool:
 
 @pytest.mark.parametrize("run", ["..", "."])
 def test_a_run_named_dot_dot_over_ssh_is_refused_before_anything_is_made_or_removed(trusted, tmp_path, capsys, run):
-    from autotune.cli import main
-    from autotune.errors import JobError
+    from autotune.cli.main import main
+    from autotune.util.errors import JobError
 
     home, here = _remote_home(), tmp_path / "here"
     here.mkdir()

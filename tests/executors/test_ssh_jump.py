@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sshd_server import jump, sshd  # noqa: F401  (the fixtures: real sshds on loopback)
 
-from autotune.errors import AutotuneError
+from autotune.util.errors import AutotuneError
 from autotune.executors.ssh import _DROPPED, SSHExecutor
 
 pytestmark = pytest.mark.slow
@@ -134,7 +134,7 @@ def test_a_jump_host_that_refuses_to_forward_is_one_line_naming_it(aliased):
 
 
 def test_a_tune_with_an_unusable_config_is_one_line_and_exit_2(aliased, tmp_path, capsys):
-    from autotune.cli import main
+    from autotune.cli.main import main
 
     config = Path(aliased["config"])
     config.write_text(config.read_text().replace("Host jump-alias\n", "Host jump-alias\n  IdentityFile ~/.ssh/gone\n"))

@@ -7,7 +7,7 @@ import getpass
 
 import pytest
 
-from autotune.errors import JobError
+from autotune.util.errors import JobError
 from autotune.executors.ssh_route import Hop, route
 
 
@@ -167,7 +167,7 @@ def test_a_named_config_that_does_not_exist_is_refused(home):
 
 def test_the_ssh_key_help_puts_the_configs_identity_file_first_as_the_connection_does():
     # ssh_chain offers the IdentityFile lines (look_for_keys off), then the agent; ~/.ssh/id_* only without them.
-    from autotune.job_keys import JOB_KEYS
+    from autotune.config.job_keys import JOB_KEYS
 
     help_text = JOB_KEYS["ssh_key"]
     assert help_text.index("IdentityFile") < help_text.index("agent") < help_text.index("~/.ssh/id_*"), help_text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import RecordError
+from autotune.util.errors import RecordError
 from autotune.kb.beliefs import Beliefs, load_priors
 from autotune.kb.claims import Claim, Evidence, Update, condition_text
 from autotune.kb.store import Store

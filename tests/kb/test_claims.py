@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune.errors import RecordError
+from autotune.util.errors import RecordError
 from autotune.kb.beliefs import load_priors
 from autotune.kb.claims import (Claim, Clause, ConditionError, Evidence, condition_text, describe,
                                 parse_condition)
 from autotune.kb.features import NUMERIC, context
-from autotune.knobs import CATALOG, Knobs, parse_knob_value
+from autotune.config.knobs import CATALOG, Knobs, parse_knob_value
 
 
 def holds(text: str, **features) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.errors import RecordError
+from autotune.util.errors import RecordError
 from autotune.kb import kb_folder, read_peak_cache, remember_peaks
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import RecordError
+from autotune.util.errors import RecordError
 from autotune.kb.store import (CorruptFileError, InvalidRecordError, Repair, Store, TornLineError,
                                repair)
 

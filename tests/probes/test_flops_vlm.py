@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from autotune.knobs import NAIVE_START
-from autotune.presets import PRESETS
+from autotune.config.knobs import NAIVE_START
+from autotune.config.presets import PRESETS
 from autotune.probes import flops
 from autotune.probes.vision_flops import image_flops, vision_cost
-from autotune.runners.models import _config_from_dict, build_model
-from autotune.runners.vision import byte_tokenizer, family_tokens, image_processor_for, Vision
+from autotune.workloads.hf.models import _config_from_dict, build_model
+from autotune.workloads.vlm.vision import byte_tokenizer, family_tokens, image_processor_for, Vision
 
 
 def _setup(preset: str, method: str, size: tuple[int, int]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from autotune.reasoner.cannot_apply import blamed, fixed_reason
-from autotune.tuner import frame_limit
+from autotune.loop.tuner import frame_limit
 
 
 @pytest.mark.parametrize("reason, stderr", [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.knobs import Knobs
+from autotune.config.knobs import Knobs
 from autotune.reasoner import key, pooled
 from autotune.reasoner.combine import applies, together
 

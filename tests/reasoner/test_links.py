@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from autotune.decide import next_hypotheses
-from autotune.knobs import Knobs
+from autotune.loop.decide import next_hypotheses
+from autotune.config.knobs import Knobs
 from autotune.reasoner import Hypothesis
 from autotune.reasoner.links import linked, refuted, reverts
 from autotune.reasoner.surrogate import proposals

@@ -9,8 +9,8 @@ import time
 import pytest
 from openai_stub import OpenAIStub, change, proposal
 
-from autotune.errors import JobError
-from autotune.knobs import Knobs
+from autotune.util.errors import JobError
+from autotune.config.knobs import Knobs
 from autotune.reasoner.llm import (LLM_ALPHA, LLM_BETA, MAX_FAILURES, LLMProposer, LLMSettings, instructions_in,
                                    prompt_context, read_answer)
 

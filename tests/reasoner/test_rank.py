@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.knobs import Knobs
+from autotune.config.knobs import Knobs
 from autotune.reasoner import Hypothesis, key, rank
 
 CPU = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": True, "fused_adamw": True, "memory_bytes": 2**34}

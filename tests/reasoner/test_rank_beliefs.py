@@ -7,7 +7,7 @@ import pytest
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.claims import Evidence, Update
 from autotune.kb.features import knob_features
-from autotune.knobs import Knobs
+from autotune.config.knobs import Knobs
 from autotune.reasoner import Hypothesis, Observation, observe, rank
 
 CPU = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": True, "fused_adamw": True, "memory_bytes": 2**34}

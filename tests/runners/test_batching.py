@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autotune.runners.batching import IGNORE, block_diagonal_mask, collate, group_by_length, step_plan
+from autotune.engine.batching import IGNORE, block_diagonal_mask, collate, group_by_length, step_plan
 
 PAD = 0
 ROWS = [[11, 12, 13], [21, 22, 23, 24, 25], [31, 32]]

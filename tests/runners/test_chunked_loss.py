@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from autotune.runners.batching import collate  # noqa: E402
-from autotune.runners.train import Engine  # noqa: E402
+from autotune.engine.batching import collate  # noqa: E402
+from autotune.engine.train import Engine  # noqa: E402
 
 VOCAB, MAX_LEN, MICRO = 32768, 1024, 2
 
@@ -29,7 +29,7 @@ def _model(vocab: int = 512, tied: bool = False):
 
 
 def _knobs(chunked: bool) -> dict:
-    from autotune.knobs import Knobs
+    from autotune.config.knobs import Knobs
 
     return Knobs(padding="longest", attn_implementation="sdpa", chunked_cross_entropy=chunked).to_dict()
 
@@ -61,7 +61,7 @@ def test_per_row_losses_and_gradients_equal_the_full_logits_loss(tied):
 
 
 def test_a_chunk_smaller_than_the_rows_is_what_runs():
-    from autotune.runners.chunked_loss import chunk_tokens
+    from autotune.engine.chunked_loss import chunk_tokens
 
     # The memory test below needs its rows to span several chunks, or there is nothing to save.
     assert chunk_tokens(VOCAB) < MICRO * MAX_LEN
@@ -73,7 +73,7 @@ import json, sys, torch
 sys.path.insert(0, {root!r})
 from tests.runners.test_chunked_loss import _model, _knobs, _batch, VOCAB, MAX_LEN, MICRO
 from autotune.probes import memory
-from autotune.runners.train import Engine
+from autotune.engine.train import Engine
 chunked = {chunked}
 engine = Engine(_model(VOCAB), _knobs(chunked), "cpu")
 batch = _batch(VOCAB, [MAX_LEN] * MICRO, MAX_LEN)

@@ -109,7 +109,7 @@ def test_text_file_dataset_and_local_model_folder(tmp_path):
     config = Qwen2Config(vocab_size=raw.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    from autotune.job import job_from_words
+    from autotune.workloads.jobs import job_from_words
 
     job, _ = job_from_words("t", [f"model={folder}", f"dataset={data}", "max_len=32", "effective_batch=4"])
     frame_spec = make_spec(tmp_path, "frame", job=job)
@@ -149,7 +149,7 @@ def test_parity_reads_with_dropout_off_and_the_timed_steps_keep_it(tmp_path):
     config = GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=2)
     assert config.resid_pdrop == config.attn_pdrop == config.embd_pdrop == 0.1
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    from autotune.job import job_from_words
+    from autotune.workloads.jobs import job_from_words
 
     job, _ = job_from_words("t", [f"model={folder}", "dataset=synthetic", "max_len=32", "effective_batch=4"])
     frame = run_runner(tmp_path, make_spec(tmp_path, "frame", job=job), "frame")
@@ -168,7 +168,7 @@ def test_group_by_length_orders_the_measured_rows_as_the_trainer_does():
     import torch
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    from autotune.runners.sft import text_plan
+    from autotune.workloads.hf.sft import text_plan
 
     rows = [[5] * (2 + (7 * i) % 60) for i in range(4 * 6)]
     job = {"effective_batch": 4, "seed": 0}

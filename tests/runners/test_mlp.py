@@ -9,10 +9,10 @@ import pytest
 
 from autotune.executors import LocalExecutor
 from autotune import job_from_dict
-from autotune.job import MLP_KNOBS
-from autotune.knobs import CATALOG, Knobs
-from autotune.runners import mlp
-from autotune.runners.train import TrialFault
+from autotune.config.job import MLP_KNOBS
+from autotune.config.knobs import CATALOG, Knobs
+from autotune.workloads.mlp import runner as mlp
+from autotune.engine.train import TrialFault
 
 KEYS = {"model": "mlp", "mlp_width": 32, "mlp_depth": 2, "mlp_rows": 40, "max_len": 16, "effective_batch": 8, "smoke": True}
 

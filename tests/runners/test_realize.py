@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.export import yaml_text
-from autotune.job import job_from_words
-from autotune.knobs import Knobs
-from autotune.runners import realize as child
-from autotune.runners.data import read_rows, synthetic_rows, write_rows
-from autotune.runners.models import resolve_config, save_config
+from autotune.workloads.hf.export import yaml_text
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import Knobs
+from autotune.workloads.hf import realize as child
+from autotune.engine.data import read_rows, synthetic_rows, write_rows
+from autotune.workloads.hf.models import resolve_config, save_config
 
 pytestmark = pytest.mark.slow
 # What the demo keeps on a CPU: packed rows, one micro-batch per step.
@@ -128,7 +128,7 @@ def test_a_timed_run_gets_the_environment_its_file_header_names(tmp_path, monkey
     # the forked child before TRL's entry point runs (there, before anything touches CUDA).
     import trl.cli
 
-    from autotune.trl_args import ALLOC_CONF, environment
+    from autotune.workloads.hf.trl_args import ALLOC_CONF, environment
 
     def main() -> int:
         os.write(1, f"{ALLOC_CONF}={os.environ.get(ALLOC_CONF)}".encode())   # fd 1: the run's log

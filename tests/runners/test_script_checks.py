@@ -9,8 +9,8 @@ import types
 import pytest
 import torch
 
-from autotune.runners.script import Meter, _install
-from autotune.runners.script_checks import mismatch, observed
+from autotune.workloads.script.runner import Meter, _install
+from autotune.workloads.script.checks import mismatch, observed
 
 SEEN = {"rows_per_micro_batch": 4, "micro_batches_per_step": 2, "compute_dtypes": ["float32"], "compiled": False,
         "gradient_checkpointing": True, "attn_implementation": "eager", "widths": [256, 256],

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from autotune.probes import parity
-from autotune.runners.script import Meter, _install
+from autotune.workloads.script.runner import Meter, _install
 
 VOCAB, LENGTH, ROWS = 64, 16, 4
 
@@ -84,8 +84,8 @@ def test_a_loss_the_hooks_cannot_read_says_so():
 
 def test_trls_fused_head_log_probs_are_the_per_row_losses():
     # TRL's SFTTrainer calls model(..., labels=..., fused_lm_head=True): per-token log-probs, no logits.
-    from autotune.runners.script import _row_keys
-    from autotune.runners.script_losses import LossReader
+    from autotune.workloads.script.runner import _row_keys
+    from autotune.workloads.script.losses import LossReader
 
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 0]])
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])

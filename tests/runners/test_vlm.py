@@ -10,12 +10,12 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.job import job_from_words
-from autotune.knobs import NAIVE_START, Knobs
-from autotune.presets import PRESETS
-from autotune.runners.images import build_rows, load_image_examples, synthetic_examples, SYNTHETIC_SIZES
-from autotune.runners.models import _config_from_dict, build_model, model_facts
-from autotune.runners.vision import Vision, byte_tokenizer, family_tokens, image_processor_for, is_vlm, vision_module
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import NAIVE_START, Knobs
+from autotune.config.presets import PRESETS
+from autotune.workloads.vlm.images import build_rows, load_image_examples, synthetic_examples, SYNTHETIC_SIZES
+from autotune.workloads.hf.models import _config_from_dict, build_model, model_facts
+from autotune.workloads.vlm.vision import Vision, byte_tokenizer, family_tokens, image_processor_for, is_vlm, vision_module
 from tests.conftest import make_spec, run_runner
 
 
@@ -154,7 +154,7 @@ def test_frame_of_a_vlm_stores_rows_with_images_and_declares_its_limits(vlm_fram
     assert frame["model"]["model_type"] == "qwen2_vl" and frame["model"]["vision"]["trainable_params"] > 0
     assert 0 < frame["data"]["image_token_share"] < 1 and frame["data"]["images_per_row"] == 1
     limits = {(limit["knob"], limit.get("value")): limit for limit in frame["limits"]}
-    # Qwen2-VL packs (runners/vision_pack.py): padding_free is no limit for it.
+    # Qwen2-VL packs (engine/vision_pack.py): padding_free is no limit for it.
     assert ("padding", "padding_free") not in limits and ("freeze_vision_tower", True) in limits
     assert "allow_image_resize=true" in limits[("max_image_pixels", None)]["reason"]
     assert not any(limit["silent"] for limit in frame["limits"])
@@ -201,7 +201,7 @@ def test_text_frames_keep_vision_knobs_silent(tmp_path, framed):
 
 
 def test_hub_names_of_qwen_vl_families_smoke_as_their_own_preset():
-    from autotune.presets import preset_for_architecture
+    from autotune.config.presets import preset_for_architecture
 
     assert preset_for_architecture("qwen/qwen2.5-vl-7b-instruct") == preset_for_architecture("qwen2_5_vl") == \
         "tiny-qwen2.5-vl"

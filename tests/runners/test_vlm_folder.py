@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from autotune.job import job_from_words
-from autotune.knobs import Knobs
-from autotune.presets import PRESETS
-from autotune.runners.images import ImageStore
-from autotune.runners.models import _config_from_dict
-from autotune.runners.vision import FAMILIES, byte_tokenizer, family_tokens, image_processor_for
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import Knobs
+from autotune.config.presets import PRESETS
+from autotune.workloads.vlm.images import ImageStore
+from autotune.workloads.hf.models import _config_from_dict
+from autotune.workloads.vlm.vision import FAMILIES, byte_tokenizer, family_tokens, image_processor_for
 from tests.conftest import make_spec, run_runner
 
 # The max_len of the presets' own runner tests (LLaVA rows hold 256 image tokens each).

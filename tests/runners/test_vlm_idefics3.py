@@ -10,12 +10,12 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.job import job_from_words
-from autotune.knobs import NAIVE_START, Knobs
-from autotune.presets import PRESETS, preset_for_architecture
-from autotune.runners.batching import IGNORE, collate
-from autotune.runners.models import _config_from_dict, build_model
-from autotune.runners.vision import Vision, byte_tokenizer, family_tokens, image_processor_for
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import NAIVE_START, Knobs
+from autotune.config.presets import PRESETS, preset_for_architecture
+from autotune.engine.batching import IGNORE, collate
+from autotune.workloads.hf.models import _config_from_dict, build_model
+from autotune.workloads.vlm.vision import Vision, byte_tokenizer, family_tokens, image_processor_for
 from tests.conftest import make_spec, run_runner
 
 CONFIG = _config_from_dict(dict(PRESETS["tiny-idefics3"]))
@@ -128,9 +128,9 @@ def test_idefics3_rows_train_through_the_runner_in_micro_batches(tmp_path):
                                             peaks={"matmul_flops": {"fp32": 1e11}}), "capped")
     assert capped["state"] == "complete", capped
     assert sum(capped["measurement"]["real_tokens_per_step"]) < sum(result["measurement"]["real_tokens_per_step"])
-    from autotune.runners.vision_frame import vlm_limits
+    from autotune.workloads.vlm.frame import vlm_limits
 
-    from autotune.knobs import IMAGE_PIXEL_CAP
+    from autotune.config.knobs import IMAGE_PIXEL_CAP
 
     # The cap the ranking tries is 448 px on the longest edge: above this preset's own 224, so the frame
     # drops that value (it would measure the same config); a lower cap is allowed.

@@ -8,15 +8,15 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.job import job_from_words
-from autotune.knobs import NAIVE_START, Knobs
-from autotune.presets import PRESETS
+from autotune.workloads.jobs import job_from_words
+from autotune.config.knobs import NAIVE_START, Knobs
+from autotune.config.presets import PRESETS
 from autotune.probes import parity
-from autotune.runners.batching import collate
-from autotune.runners.models import _config_from_dict, build_model
-from autotune.runners.vision import Vision, byte_tokenizer, family_tokens, image_processor_for
-from autotune.runners.vision_frame import vlm_limits
-from autotune.runners.vision_pack import pack_vision
+from autotune.engine.batching import collate
+from autotune.workloads.hf.models import _config_from_dict, build_model
+from autotune.workloads.vlm.vision import Vision, byte_tokenizer, family_tokens, image_processor_for
+from autotune.workloads.vlm.frame import vlm_limits
+from autotune.engine.vision_pack import pack_vision
 from tests.conftest import make_spec, run_runner
 
 # LLaVA rows hold 256 image tokens each: max_len leaves room for captions of different lengths.

@@ -8,10 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.knobs import NAIVE_START
-from autotune.presets import PRESETS, preset_for_architecture
-from autotune.runners.models import _config_from_dict, build_model
-from autotune.runners.vision import Vision, byte_tokenizer, family_tokens, image_processor_for
+from autotune.config.knobs import NAIVE_START
+from autotune.config.presets import PRESETS, preset_for_architecture
+from autotune.workloads.hf.models import _config_from_dict, build_model
+from autotune.workloads.vlm.vision import Vision, byte_tokenizer, family_tokens, image_processor_for
 
 CONFIG = _config_from_dict(dict(PRESETS["tiny-smolvlm"]))
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.errors import JobError
-from autotune.script import ScriptAdapter, discover
+from autotune.util.errors import JobError
+from autotune.workloads.script import ScriptAdapter, discover
 
 SCRIPT = "import argparse\n"
 
@@ -145,7 +145,7 @@ def test_the_training_section_wins_over_an_eval_section_with_the_same_keys(tmp_p
 
 
 def test_script_args_override_the_scripts_defaults(tmp_path):
-    from autotune.script import apply_args
+    from autotune.workloads.script import apply_args
 
     script = write(tmp_path, "train.py", ARGPARSE)
     found = discover(script, [])

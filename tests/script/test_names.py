@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune import cli, schemas
-from autotune.job import Job, job_from_words
-from autotune.script import probe
+import autotune.cli.main as cli
+from autotune import schemas
+from autotune.config.job import Job
+from autotune.workloads.jobs import job_from_words
+from autotune.workloads.script import probe
 
 SCRIPT = "import yaml\ncfg = yaml.safe_load(open('own.yaml'))\n"
 OWN = "micro_bsz: 2\naccum: 4\nctx: 64\neval:\n  batch_size: 16\nlr: 0.001\n"
@@ -18,7 +20,7 @@ MAPPED = "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accu
 
 @pytest.fixture()
 def project(tmp_path: Path, monkeypatch) -> Path:
-    # micro_bsz and accum would each be tried by a probe run (script/probe.py, tested end to end in
+    # micro_bsz and accum would each be tried by a probe run (workloads/script/probe.py, tested end to end in
     # tests/e2e/test_byo_script.py); here the names the user gives, and the line without them, are tested.
     monkeypatch.setattr(probe, "confirmed", lambda *args, **kwargs: ())
     (tmp_path / "own.py").write_text(SCRIPT)
@@ -40,7 +42,7 @@ def test_the_scripts_own_names_become_the_knobs_and_the_job_keeps_them(project):
     schemas.validate("job", stored)
     assert Job.from_dict(stored).script_knobs == job.script_knobs == (
         "micro_bsz:per_device_train_batch_size", "accum:gradient_accumulation_steps", "ctx:max_len")
-    from autotune.script import ScriptAdapter
+    from autotune.workloads.script import ScriptAdapter
 
     adapter = ScriptAdapter.for_script(Path("own.py"), ("own.yaml",), [], names=job.script_knobs)
     files, flags = adapter.edits(job.start.with_change("per_device_train_batch_size", 4))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.script import names, probe
-from autotune.script.styles import discover
+from autotune.workloads.script import names, probe
+from autotune.workloads.script.styles import discover
 
 
 def found_in(tmp_path: Path, yaml_text: str):
@@ -48,7 +48,7 @@ def test_length_grouping_and_packing_switches_are_candidates_where_their_role_is
 
 
 def test_grouping_is_seen_in_the_row_order_and_packing_in_full_width_unpadded_batches():
-    from autotune.runners.script_checks import length_jumps
+    from autotune.workloads.script.checks import length_jumps
 
     shuffled = [40, 210, 18, 95, 160, 22, 70, 300, 35, 120]
     grouped = sorted(shuffled, reverse=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.runners.script import _edited
-from autotune.script import ScriptAdapter, pyconfig
+from autotune.workloads.script.runner import _edited
+from autotune.workloads.script import ScriptAdapter, pyconfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo_script"
 

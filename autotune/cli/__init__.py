@@ -1,0 +1,1 @@
+"""The command line: the word grammar's entry, `autotune tune|suggest|kb ...`; a client of the API."""

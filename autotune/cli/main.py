@@ -1,0 +1,195 @@
+"""Argument grammar only: `autotune tune RUN key=value ... [smoke] [fresh]`, `autotune suggest key=value ...`,
+`autotune kb ...`. Each subcommand calls one function."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..util.errors import AutotuneError, JobError
+from ..config.job import JOB_KEYS
+from ..config.knobs import CATALOG
+from ..config.presets import DEMO_PRESET
+from ..output.tune_result import EXIT_CODES, NO_GAIN_EXIT
+
+TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items()) + (
+    "\n\nstarting config (the baseline; default is the naive one: micro-batch 1, pad to max_len, fp32, eager):\n"
+    + "\n".join(f"  {k:<28} {v.help}" for k, v in CATALOG.items())
+    + "\n  gradient_accumulation_steps  alternative to per_device_train_batch_size"
+    + "\n\nmodes:\n  smoke            CPU dry run on a tiny model of the job's architecture; with nothing else,\n"
+    "                   the built-in demo (" + DEMO_PRESET + " preset, synthetic data, max_len=512, effective_batch=16)\n"
+    "  resume           continue a stopped or killed run from runs/RUN/ (give no other words)\n"
+    "  review           write a run's report, results and best config again, without a device\n"
+    "  fresh            measure every trial, even those this knowledge base already holds for this job,\n"
+    "                   device and software (by default they are replayed from the record)\n"
+    "\nexamples:\n  autotune tune demo smoke\n"
+    "  autotune tune qwen model=Qwen/Qwen2.5-0.5B dataset=tatsu-lab/alpaca max_len=2048 effective_batch=16 time=2h\n"
+    "  autotune tune qwen2 from=sft.yaml time=2h        (model, dataset, length and batch from a `trl sft` config)\n"
+    "  autotune tune again config=runs/qwen/job.yaml    (a job file; words after it override it)\n"
+    "\nexit codes:\n" + "\n".join(f"  {code:<16} {what}" for code, what in EXIT_CODES.items()))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autotune", description="Makes a single-GPU fine-tuning job faster by "
+                                     "experiment: measure a baseline, change one setting at a time, keep what is "
+                                     "faster beyond noise and trains the same thing.")
+    parser.add_argument("--version", action="version", version=f"autotune {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    tune = commands.add_parser("tune", help="run the whole loop on a job",
+                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TUNE_EPILOG,
+                               usage="autotune tune RUN key=value ... [config=job.yaml] [from=sft.yaml] [smoke] [fresh] [--json] "
+                               "[--fail-if-no-gain]  |  autotune tune RUN resume|review")
+    tune.add_argument("run", metavar="RUN", help="name of the run; outputs go to runs/RUN/")
+    tune.add_argument("words", nargs="*", metavar="key=value", help="the job (see keys below)")
+    tune.add_argument("--runs-dir", default=os.environ.get("AUTOTUNE_RUNS", "runs"), help="where run folders go")
+    tune.add_argument("--json", action="store_true", dest="as_json",
+                      help="print one JSON object at the end on stdout (best knobs, speed-up and its interval, "
+                           "realized speed-up, files, stop reason; schema autotune/schemas/tune_result.json); "
+                           "progress goes to stderr")
+    tune.add_argument("--fail-if-no-gain", action="store_true",
+                      help=f"exit {NO_GAIN_EXIT} when no change was kept (the baseline is the best config)")
+    from . import kb_commands
+    from ..loop.advice import add_parser
+
+    add_parser(commands)
+    kb_commands.add_parser(commands)
+    return parser
+
+
+def tune(run: str, words: list[str], runs_dir: str, as_json: bool = False, fail_if_no_gain: bool = False) -> int:
+    """A tune (or a review); its exit code. With `as_json`, stdout holds only the result object."""
+    import contextlib
+
+    stdout = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        job, outcome, config = _tune_or_review(run, words, runs_dir)
+    if as_json:
+        from ..output.tune_result import result, text
+
+        print(text(result(job, outcome, config)), file=stdout, flush=True)
+    if fail_if_no_gain and not any(r.get("decision") == "keep" for r in outcome.records):
+        _say(f"no change was kept: the baseline is the best config (--fail-if-no-gain: exit {NO_GAIN_EXIT})")
+        return NO_GAIN_EXIT
+    return 0
+
+
+def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The job from the words (or from the run folder, for resume and review), then the library's tune."""
+    from ..api import tune as tune_job
+    from ..workloads.jobs import job_from_words
+
+    again = [w for w in words if w in ("resume", "review")]
+    if again:
+        from ..loop.resume import load_job
+
+        if len(words) != 1:
+            raise JobError(f"'{again[0]}' takes no other words: the job is runs/{run}/job.json "
+                           f"(autotune tune {run} {again[0]})")
+        job, modes = load_job(Path(runs_dir), run), again
+    else:
+        job, modes = job_from_words(run, words)
+    if "review" in modes:
+        return (job, *review(run, job, runs_dir))
+    outcome = tune_job(job, None, Path(runs_dir), fresh="fresh" in modes, resume="resume" in modes)
+    return job, outcome, outcome.best_config
+
+
+def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:
+    """The report, results and best config of a run written again from its folder; no device is used."""
+    from ..loop.resume import review as rewrite
+
+    script = None
+    if job.script:
+        import shlex
+
+        from ..workloads.script import ScriptAdapter
+
+        script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args), None,
+                                          job.max_len, job.effective_batch, job.script_knobs)
+    outcome, config, _ = rewrite(Path(runs_dir), run, script)
+    print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
+          f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")
+    if config.get("realized"):
+        print(config["realized"].replace("**", ""))
+    print(f"ready to run: {config['command']}")
+    return outcome, config
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+DEBUG_ENV = "AUTOTUNE_DEBUG"
+MESSAGE_CHARS = 1000  # an exception's text can be a library's page of context; the line keeps its start
+
+
+def _debugging() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def _say(text: str) -> None:
+    """One line on stderr (a message holding newlines, such as a child's stderr, is joined), after the
+    traceback of the exception being handled when AUTOTUNE_DEBUG=1."""
+    try:
+        if _debugging() and sys.exc_info()[0] is not None:
+            import traceback
+
+            traceback.print_exc()
+        line = " / ".join(part.strip() for part in text.splitlines() if part.strip())
+        # Printable only: an escape byte in a name the user gave (or a file held) is shown, never sent.
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+        print("autotune: " + line, file=sys.stderr)
+    except OSError:  # SIGHUP: the terminal is gone
+        pass
+
+
+def _what(args: argparse.Namespace) -> str:
+    """The command that failed, in the words the user typed."""
+    if args.command == "tune":
+        return " ".join(["tune", args.run, *(w for w in args.words if w in ("resume", "review"))])
+    return f"kb {args.kb_command}" if args.command == "kb" else str(args.command)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # SIGTERM and SIGHUP end a run the way Ctrl-C does: the running trial is killed, records stay.
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    # Private by default (a shared machine): run folders, trials, reports, plots, the knowledge base, and
+    # the files of the trials' child processes, which inherit it. Restored for in-process callers.
+    previous_umask = os.umask(0o077)
+    try:
+        if args.command != "tune":
+            return args.handler(args)
+        return tune(args.run, args.words, args.runs_dir, args.as_json, args.fail_if_no_gain)
+    except JobError as error:
+        _say(str(error))
+        return 2
+    except AutotuneError as error:
+        _say(str(error))
+        return 1
+    except KeyboardInterrupt:
+        _say("interrupted; the trials recorded so far are in the run folder")
+        return 130
+    except Exception as error:  # noqa: BLE001 - the last resort: one line, never a traceback unless asked
+        message = " ".join(str(error).split())[:MESSAGE_CHARS]
+        _say(f"{_what(args)}: {type(error).__name__}{': ' + message if message else ''}"
+             + ("" if _debugging() else f"; run again with {DEBUG_ENV}=1 for the traceback"))
+        return 1
+    finally:
+        os.umask(previous_umask)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

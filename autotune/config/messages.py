@@ -1,0 +1,221 @@
+"""The messages between the tuner and a trial's child process: `TrialSpec` (what to run), `RunResult`
+(how the run ended) and the `Measurement` a complete trial carries.
+
+Each is a frozen dataclass that round-trips through its JSON Schema (schemas/trial_spec.json,
+run_result.json, measurement.json) and is validated when it is built, written and read. The parent
+builds specs in trial_spec.py; every executor writes them through `write_spec` and reads what the
+child wrote through `read_result`, so a malformed message on either side ends that one run in the
+state `invalid` with one line saying what is wrong, never in a traceback that ends the tune.
+
+Also here, once, because spec and runners both depend on it: a trial's rows are two parity steps,
+then the measured steps (warm-up repeats the last parity step and needs no rows of its own).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..util.errors import RecordError
+from ..util.io import write_json_atomic
+from ..schemas import validate, violation
+
+SCHEMA_VERSION = 1
+# Optimizer steps whose per-row losses are compared with the baseline's (parity), before any other step.
+PARITY_STEPS = 2
+# The hand-over step (realize.py) runs through the local executor but is not a trial: its spec is the
+# realize runner's own, checked there.
+HANDOVER_KIND = "realize"
+
+
+def parity_ids(effective_batch: int) -> list[int]:
+    """The row ids the parity steps train, in order (the same in every trial of a run)."""
+    return list(range(PARITY_STEPS * effective_batch))
+
+
+def measured_ids(effective_batch: int, measure_steps: int) -> list[int]:
+    """The row ids the measured steps train, right after the parity steps' rows."""
+    return list(range(PARITY_STEPS * effective_batch, (PARITY_STEPS + measure_steps) * effective_batch))
+
+
+def rows_needed(effective_batch: int, measure_steps: int) -> int:
+    """Rows the frame must provide for a trial: the parity steps' and the measured steps'."""
+    return (PARITY_STEPS + measure_steps) * effective_batch
+
+
+def _frozen(value: Any) -> Any:
+    """A read-only copy: mappings become mapping proxies, lists tuples (a message cannot be edited)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def thawed(value: Any) -> Any:
+    """A plain JSON-shaped copy (dicts and lists) of a frozen value."""
+    if isinstance(value, Mapping):
+        return {key: thawed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [thawed(item) for item in value]
+    return value
+
+
+def _freeze_fields(message: Any) -> None:
+    for item in fields(message):
+        object.__setattr__(message, item.name, _frozen(getattr(message, item.name)))
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """All a runner reads: the job, the knobs, the shared inputs and the step budget of one run."""
+
+    kind: str
+    runner: str
+    job: Mapping[str, Any]
+    knobs: Mapping[str, Any]
+    measure_steps: int
+    warmup_max: int
+    ceiling: bool = False
+    inject_fault: str | None = None
+    profile_steps: int = 0
+    peaks: Mapping[str, Any] | None = None
+    rows_path: str | None = None
+    model_config_path: str | None = None
+    rows_needed: int | None = None
+    peak_cache: Mapping[str, Any] | None = None
+    script: Mapping[str, Any] | None = None
+    flags: tuple[str, ...] | None = None
+    workdir: str | None = None
+    leak_packed_rows: bool | None = None  # a test hook: the known-wrong packing parity must catch
+
+    # Written even when None: the runners read them as always there.
+    _ALWAYS = ("kind", "runner", "job", "knobs", "measure_steps", "warmup_max", "ceiling", "inject_fault",
+               "profile_steps")
+
+    def __post_init__(self) -> None:
+        _freeze_fields(self)
+        validate("trial_spec", self.to_dict(), "trial spec")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as the child reads it (plain dicts and lists); checked once, when it was built (frozen)."""
+        data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+        for item in fields(self):
+            value = getattr(self, item.name)
+            if item.name in self._ALWAYS or value is not None:
+                data[item.name] = thawed(value)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "trial spec") -> "TrialSpec":
+        """The spec from its JSON form; RecordError naming the first field that is missing or wrong."""
+        validate("trial_spec", thawed(data), where)
+        return cls(**{item.name: data[item.name] for item in fields(cls) if item.name in data})
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one run measured. The fields every measurement has are typed; the rest (MFU, breakdown,
+    environment, ceiling, ...) are kept as written, so records round-trip whole."""
+
+    device: str
+    samples_per_s: float
+    tokens_per_s: float
+    step_times_s: tuple[float, ...]
+    peak_memory: Mapping[str, Any]
+    parity_losses: Mapping[str, Any] | None
+    rest: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_fields(self)
+        validate("measurement", self.to_dict(), "measurement")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {item.name: thawed(getattr(self, item.name)) for item in fields(self) if item.name != "rest"}
+        data.update(thawed(self.rest))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "measurement") -> "Measurement":
+        validate("measurement", thawed(data), where)
+        typed = {item.name for item in fields(cls)} - {"rest"}
+        return cls(**{name: data[name] for name in typed},
+                   rest={key: value for key, value in data.items() if key not in typed})
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How one run ended: its state and reason, the measurement of a complete trial or the facts of a
+    complete frame, and what the child and the executor add (wall time, exit code, logs, placement)."""
+
+    state: str
+    reason: str
+    measurement: Measurement | None = None
+    frame: Mapping[str, Any] | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "frame", _frozen(self.frame))
+        object.__setattr__(self, "details", _frozen(self.details))
+        validate("run_result", self.to_dict(), "run result")
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"state": self.state, "reason": self.reason}
+        if self.measurement is not None:
+            data["measurement"] = self.measurement.to_dict()
+        if self.frame is not None:
+            data["frame"] = thawed(self.frame)
+        data.update(thawed(self.details))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "run result") -> "RunResult":
+        plain = thawed(data)
+        validate("run_result", plain, where)
+        measurement = plain.get("measurement")
+        details = {key: value for key, value in plain.items() if key not in ("state", "reason", "measurement", "frame")}
+        return cls(plain["state"], plain["reason"], Measurement.from_dict(measurement) if measurement else None,
+                   plain.get("frame"), details)
+
+
+def spec_problem(spec: Mapping[str, Any]) -> str | None:
+    """Why `spec` cannot be handed to a runner, as one line, or None when it is a valid TrialSpec."""
+    if spec.get("kind") == HANDOVER_KIND:
+        return None
+    found = violation("trial_spec", thawed(spec))
+    return None if found is None else f"the trial spec is {found}"
+
+
+def write_spec(path: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Write `spec` where the child reads it, once it is valid; else the run's `invalid` result, unwritten."""
+    problem = spec_problem(spec)
+    if problem is not None:
+        return {"state": "invalid", "reason": problem, "wall_s": 0.0, "exit_code": None}
+    write_json_atomic(path, spec)
+    return None
+
+
+def read_result(raw: str | bytes | Mapping[str, Any], where: str = "result.json") -> dict[str, Any]:
+    """What a child wrote (its text, or the dict a remote slot returned), checked against RunResult: a
+    result that is torn, or says what no run can measure, is the state `invalid` with the reason."""
+    try:
+        data = json.loads(raw) if isinstance(raw, (str, bytes)) else thawed(raw)
+    except ValueError as error:
+        return {"state": "invalid", "reason": f"{where} is not JSON ({error}): the runner's result was torn"}
+    if not isinstance(data, dict):
+        return {"state": "invalid", "reason": f"{where} holds {type(data).__name__}, not a run's result"}
+    try:
+        return RunResult.from_dict(data, where).to_dict()
+    except RecordError as error:
+        return rejected(data, str(error))
+
+
+def rejected(data: Mapping[str, Any], why: str) -> dict[str, Any]:
+    """The `invalid` result that stands for a malformed one (keeping its measurement to look at)."""
+    out: dict[str, Any] = {"state": "invalid", "reason": why[:600]}
+    if isinstance(data.get("measurement"), dict):
+        out["measurement_rejected"] = data["measurement"]
+    return out

@@ -1,0 +1,189 @@
+"""What every runner shares: spec in, result out, expected faults as states, a one-line summary."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from ..util.errors import RecordError
+from ..util.io import write_json_atomic
+from ..config.messages import TrialSpec, rejected
+from ..schemas import violation
+from . import RUNNER_MODULES
+
+STDERR_TAIL = 2000
+# The process whose trial this is (the tuner, or a Ray slot's actor): set by the local executor.
+OWNER_ENV = "AUTOTUNE_OWNER_PID"
+
+
+def inject_early_fault(kind: str | None) -> None:
+    """Test hooks that end a trial the way real failures do (a dead process, a hang)."""
+    if kind == "crash":
+        print("autotune: injected crash (the process aborts)", file=sys.stderr, flush=True)
+        os.abort()
+    if kind == "hang":
+        time.sleep(10 ** 6)
+
+
+def setup_device(spec: dict[str, Any]) -> str:
+    """The device a trial runs on (smoke: the CPU, whatever the machine has), seeded, with its threads set."""
+    import torch
+
+    from ..probes.device import pick_device
+
+    torch.manual_seed(spec["job"].get("seed", 0))
+    device = "cpu" if spec["job"].get("smoke") else pick_device()
+    if device == "cpu":
+        # One core stays free for the tuner, loader workers and the OS: OpenMP threads that must share
+        # a core with anything else spin-wait and make step times swing by 10x.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    return device
+
+
+def as_is(item: Any) -> Any:
+    """The loaders' collate function: batches are collated by the dataset (a module-level function, so it
+    pickles where workers are not forked)."""
+    return item
+
+
+def loader_context(workers: int) -> str | None:
+    """How loader workers start: forked, as a user's DataLoader does by default on Linux. The trial itself
+    runs in a forkserver child, whose default would be forkserver: workers that re-import torch and
+    unpickle the rows, which is neither what users run nor possible for the lazy step plan."""
+    import multiprocessing
+
+    return "fork" if workers and "fork" in multiprocessing.get_all_start_methods() else None
+
+
+def loader_prefetch(knobs: dict[str, Any]) -> int | None:
+    """The loader's prefetch_factor: 0 leaves it to torch (2 batches per worker), as the TRL trials'
+    SFTConfig(dataloader_prefetch_factor=None) does, so one value means one thing in both loops."""
+    if not knobs["dataloader_num_workers"]:
+        return None
+    return int(knobs.get("dataloader_prefetch_factor") or 0) or None
+
+
+def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, stderr_path: str,
+               env: dict[str, str]) -> None:
+    """A trial in a child forked from the executor's fork server, which imported torch and
+    transformers once: a fresh process per trial without paying for those imports each time.
+
+    Own session (so a timeout can kill its loader workers too), own environment, own log files."""
+    os.setsid()
+    os.environ.update(env)
+    for fd, path in ((1, stdout_path), (2, stderr_path)):
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(handle, fd)
+        os.close(handle)
+    module = importlib.import_module(RUNNER_MODULES[runner])
+    sys.exit(module.entry(Path(spec_path), Path(result_path)))
+
+
+def _end_session() -> None:
+    # The session holds the trial and its loader workers; a process that leads none ends alone, so a
+    # runner started by hand with the variable inherited cannot take its caller's group with it.
+    os.killpg(os.getpgrp(), signal.SIGKILL) if os.getpgrp() == os.getpid() else os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_owner() -> None:
+    """End this trial, loader workers and all, when the process that started it is gone (a killed
+    tuner, a Ray actor killed with its node still up): nobody would read its result, and it would hold
+    the GPU that the next trial on this device needs. A trial runs in its own session, so the owner's
+    death reaches it by no signal; and a forked trial's parent is the fork server, not its owner, so the
+    owner names itself in the environment and is watched through a pidfd, which a pid reused later
+    cannot be mistaken for (the watch begins when the runner starts, after its imports)."""
+    owner = os.environ.get(OWNER_ENV)
+    if not owner or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        handle = os.pidfd_open(int(owner))
+    except ProcessLookupError:
+        _end_session()
+        return
+    except (OSError, ValueError):
+        return  # a kernel without pidfds (before 5.3): the executor's own timeout still ends the trial
+
+    def watch() -> None:
+        select.select([handle], [], [])  # readable once the owner has exited
+        print(f"autotune: the process that started this trial ({owner}) is gone; ending it", file=sys.stderr,
+              flush=True)
+        _end_session()
+
+    threading.Thread(target=watch, name="autotune-owner-watch", daemon=True).start()
+
+
+def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
+            fault_type: type, spec_path: Path, result_path: Path, typed: bool = True) -> int:
+    """Run `body(spec)` and always leave a result file while the process lives; the exit code.
+
+    The spec is read as a TrialSpec (`typed`; the hand-over step's is its runner's own) and the result
+    written as a RunResult: either one malformed ends the run as `invalid` with the reason. `body` gets
+    a copy of the spec, and one it changed ends the run as a crash: a runner never writes into its inputs."""
+    die_with_owner()
+    started = time.time()
+    try:
+        raw = json.loads(Path(spec_path).read_text())
+        spec = TrialSpec.from_dict(raw, str(spec_path)).to_dict() if typed else raw
+    except (ValueError, RecordError) as error:
+        spec, result = None, {"state": "invalid", "reason": f"{error}"[:600]}
+    if spec is not None:
+        given = json.loads(json.dumps(spec))
+        result = _run(body, is_oom, fault_type, given)
+        if given != spec:
+            changed = sorted(key for key in {*spec, *given} if spec.get(key) != given.get(key))
+            result = {"state": "crash", "reason": f"the runner wrote into its spec ({', '.join(changed)}): a runner's "
+                      "inputs are read-only; derive what it needs into its own values"}
+    result.update(schema_version=1, wall_s=round(time.time() - started, 3))
+    problem = violation("run_result", result)
+    if problem is not None:
+        result = {**rejected(result, f"the runner's result is {problem}"), "schema_version": 1,
+                  "wall_s": result["wall_s"]}
+    write_json_atomic(result_path, result)
+    measurement = result.get("measurement") or {}
+    summary = f"samples/s={measurement['samples_per_s']:.3f}" if "samples_per_s" in measurement else result["reason"]
+    print(f"autotune runner: {result['state']} {summary}", flush=True)
+    return 0 if result["state"] == "complete" else 1
+
+
+def _run(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
+         fault_type: type, spec: dict[str, Any]) -> dict[str, Any]:
+    """`body(spec)` as a result: expected faults and every exception become states."""
+    try:
+        return {"state": "complete", "reason": "", **body(spec)}
+    except fault_type as fault:
+        return {"state": fault.state, "reason": fault.reason, **getattr(fault, "details", {})}
+    except Exception as error:  # noqa: BLE001 - every failure becomes a recorded state
+        if is_oom(error):
+            return {"state": "oom", "reason": f"out of memory: {str(error).splitlines()[0][:300]}"}
+        tail = traceback.format_exc()[-STDERR_TAIL:]
+        return {"state": "crash", "reason": f"{error.__class__.__name__}: {error}"[:500], "traceback": tail}
+
+
+def is_oom(error: BaseException) -> bool:
+    """An out-of-memory error of torch or of the host, which a trial ends as the state `oom`."""
+    import torch
+
+    if isinstance(error, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(error).lower()
+    return isinstance(error, (RuntimeError, MemoryError)) and (
+        "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError))
+
+
+def run_body(frame: Callable[[dict[str, Any]], dict[str, Any]], trial: Callable[[dict[str, Any]], dict[str, Any]],
+             spec_path: Path, result_path: Path) -> int:
+    """A training runner's entry: its frame or trial by the spec's kind, with the training faults and OOM
+    as states."""
+    from .steps import TrialFault
+
+    return execute(lambda spec: frame(spec) if spec["kind"] == "frame" else trial(spec), is_oom, TrialFault,
+                   spec_path, result_path)

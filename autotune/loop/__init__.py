@@ -1,0 +1,1 @@
+"""The tuning loop: its state, the pure decisions (keep rule, verdicts), ask/tell and its drivers."""

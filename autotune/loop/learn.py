@@ -1,0 +1,162 @@
+"""The tuner's memory: what past runs say before a trial, and what each trial teaches after it.
+
+Before: the beliefs rank hypotheses for this job's features; a trial already measured for this job on
+this device and software is replayed; a similar past run's best config warm-starts the loop.
+After: the trial goes into experience, its outcome becomes evidence (`reasoner.observe` proposes the
+updates, `Beliefs.apply` makes them), and at the end the run record goes in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.job import Job
+from ..kb import Store, kb_folder
+from ..kb.beliefs import Beliefs
+from ..kb.claims import Claim
+from ..kb.experience import Experience, new_run_id
+from ..kb.features import context, device_fingerprint, job_features, job_fingerprint, software
+from ..config.knobs import Knobs
+from ..reasoner import Hypothesis, Observation, key, observe, outcome_of
+from ..reasoner.combine import together
+
+# A run has reached its best when its speedup is within this share of the final one.
+BEST_SHARE = 0.95
+
+
+def trials_to_best(records: list[dict[str, Any]], share: float = BEST_SHARE) -> int:
+    """The first trial after which the product of kept ratios is within `share` of the run's final
+    product (0 when nothing was kept): how many trials the run needed to find its best."""
+    final, product, reached = 1.0, 1.0, []
+    for record in records:
+        if record["decision"] == "keep":
+            final *= record["ratio"]
+    for record in records:
+        if record["decision"] == "keep":
+            product *= record["ratio"]
+        reached.append((record["trial"], product))
+    if final <= 1.0:
+        return 0
+    return next(trial for trial, value in reached if value >= share * final)
+
+
+class Memory:
+    def __init__(self, job: Job, fresh: bool = False) -> None:
+        self.job, self.fresh = job, fresh
+        self.store = Store(kb_folder(job.kb))
+        self.beliefs = Beliefs(self.store)
+        self.experience = Experience(self.store)
+        self.run_id = new_run_id(job.run)
+        self.frame: dict[str, Any] = {}
+        self.identity: dict[str, Any] = {}
+        self.base_features: dict[str, Any] = {}
+
+    def start(self, frame: dict[str, Any]) -> None:
+        self.frame = frame
+        self.base_features = job_features(self.job, frame)
+        self.identity = {"job_fingerprint": job_fingerprint(self.job), "device_fingerprint": device_fingerprint(frame),
+                         "software": software(frame)}
+
+    @property
+    def claims(self) -> list[Claim]:
+        return self.beliefs.claims()
+
+    def features(self, knobs: Knobs, measurement: dict[str, Any] | None) -> dict[str, Any]:
+        return context(self.job, self.frame, knobs, measurement)
+
+    # -- before a trial -------------------------------------------------------------------------
+    def replay(self, incumbent: Knobs, knobs: Knobs) -> dict[str, Any] | None:
+        if self.fresh:
+            return None
+        return self.experience.replay(self.identity, incumbent, knobs)
+
+    def warm_start(self, incumbent: Knobs, measured: set[tuple]) -> Hypothesis | None:
+        """The best config of the nearest similar past run, as one combined change, if it differs."""
+        # The same job on the same device is replayed trial by trial, not warm-started (unless `fresh`).
+        same = None if self.fresh else self.identity.get("job_fingerprint")
+        past = self.experience.similar_run(self.base_features, self.base_features.get("device_kind"), exclude_job=same)
+        if past is None:
+            return None
+        best = Knobs.from_dict(past["best"]["knobs"])
+        device, batch = self.frame.get("device", {}), self.job.effective_batch
+        pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
+                   if not (k == "per_device_train_batch_size" and batch % v)]
+        # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
+        changes = together(incumbent, pending, device, batch)
+        current = incumbent
+        for knob, value in changes:
+            current = current.with_change(knob, value)
+        if not changes or key(current) in measured:
+            return None
+        first, *rest = changes
+        gain = past["best"].get("speedup", 1.0)
+        return Hypothesis(first[0], first[1], f"warm start: the best config of run {past['run']} "
+                          f"({past['run_id']}, x{gain:.2f} over its baseline), a similar job on this kind of device",
+                          p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source="warm_start")
+
+    # -- after a trial --------------------------------------------------------------------------
+    def learn(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],
+              hypothesis: Hypothesis | None) -> list[dict[str, Any]]:
+        """Record the trial and apply what it says to the beliefs; returns the belief events."""
+        self.experience.record_trial(self.run_id, self.identity, features, incumbent, record,
+                                     hypothesis.to_dict() if hypothesis else None)
+        outcome = outcome_of(record)
+        # A combined warm start or pooled change says nothing about which of its parts did what.
+        combined = hypothesis is not None and hypothesis.source in ("warm_start", "warm_check", "pooled", "model") and bool(hypothesis.also)
+        if hypothesis is None or outcome is None or combined:
+            return []
+        experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
+        # Read the beliefs again: another tuner sharing this folder may have changed them since.
+        self.beliefs = Beliefs(self.store)
+        observation = Observation(experiment=experiment,
+                                  changes=tuple((k, getattr(incumbent, k), v) for k, v in hypothesis.changes),
+                                  features=features, ratio=record["ratio"], outcome=outcome,
+                                  claims=hypothesis.claims, run=self.run_id)
+        return self._apply(observation)
+
+    def relearn(self, trial: dict[str, Any]) -> list[dict[str, Any]]:
+        """Apply the evidence of a trial the knowledge base holds (`trials` record) if the beliefs never
+        got it: the tuner was killed between writing the trial and applying what it says. Nothing when
+        any history event already carries its evidence, so a second resume applies nothing again."""
+        hypothesis, outcome = trial.get("hypothesis"), outcome_of(trial)
+        if not hypothesis or outcome is None or (trial["state"] == "replayed" and not trial.get("replayed_from")):
+            return []  # nothing to learn, or a replay recorded before replays named their source
+        names = [part.split("=", 1)[0] for part in str(hypothesis.get("change") or "").split("+")]
+        if len(names) > 1 and hypothesis.get("source") in ("warm_start", "warm_check", "pooled", "model"):
+            return []  # as in `learn`: a combined change says nothing about its parts
+        experiment = trial.get("replayed_from") or trial["experiment"]
+        self.beliefs = Beliefs(self.store)
+        if any((event.get("evidence") or {}).get("experiment") == experiment for event in self.beliefs.history()):
+            return []
+        mine, incumbent = trial["knobs"], trial["incumbent_knobs"]
+        if not all(name in mine and name in incumbent for name in names):
+            return []  # a record this version cannot read as a change of knobs
+        observation = Observation(experiment=experiment, changes=tuple((k, incumbent[k], mine[k]) for k in names),
+                                  features=trial.get("features") or {}, ratio=trial["ratio"], outcome=outcome,
+                                  claims=tuple(hypothesis.get("claims") or ()), run=self.run_id)
+        return self._apply(observation)
+
+    def _apply(self, observation: Observation) -> list[dict[str, Any]]:
+        events = self.beliefs.apply(observe(self.beliefs.claims(active_only=False), observation), run=self.run_id)
+        return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
+
+    def adopt(self, claims: list[Claim], why: str) -> list[dict[str, Any]]:
+        """New claims someone proposed (the LLM): written with the confidence they were given."""
+        from ..kb.claims import Update
+
+        self.beliefs = Beliefs(self.store)
+        events = self.beliefs.apply([Update("create", c.id, why, children=(c,), run=self.run_id) for c in claims],
+                                    run=self.run_id)
+        return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
+
+    def finish(self, records: list[dict[str, Any]], best_knobs: Knobs, best_trial: int, speedup: float,
+               baseline_speed: float, stop_reason: str) -> None:
+        outcome = {
+            "baseline": {"knobs": self.job.start.to_dict(), "samples_per_s": baseline_speed},
+            "best": {"knobs": best_knobs.to_dict(), "trial": best_trial, "speedup": speedup},
+            "trials": [{"trial": r["trial"], "change": r["change"], "state": r["state"], "decision": r["decision"],
+                        "ratio": r.get("ratio")} for r in records],
+            "trials_to_best": trials_to_best(records), "stop_reason": stop_reason,
+        }
+        self.experience.record_run(self.run_id, self.identity, self.job.to_dict(), self.base_features,
+                                   self.frame, outcome)

@@ -1,0 +1,397 @@
+"""The loop: frame -> baseline -> one change at a time -> outputs.
+
+A change is kept only when it is faster than the incumbent beyond noise on interleaved runs in fresh
+processes (one screening run, then pairs, more while undecided and more could decide it, each look at
+its share of the false-keep rate: autotune/loop/keep_rule.py over probes/sequential.py), its per-row losses
+match the baseline's (parity), and, when it moved a memory knob, its worst-case batch fits the device.
+Specs and timeouts: trial_spec.py; runs and extra pairs: measuring.py; decisions on runs: verdict.py;
+records, state and what is learned: recording.py. The Tuner keeps the loop and its state.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from ..util.errors import AutotuneError
+from ..executors.base import Executor
+from ..config.job import Job
+from ..kb import kb_folder, read_peak_cache, remember_peaks
+from ..config.knobs import Knobs, numerics_limits
+from . import measuring, recording, trial_spec, verdict as decide
+from ..probes import stats
+from .learn import Memory
+from .outcome import Incumbent, Outcome, kept_product
+from .decide import next_hypotheses, warm_check
+from ..reasoner import Hypothesis, key, rank
+from ..output.records import RunFolder
+from ..util.io import write_json_atomic
+from .trial_spec import FRAME_TIMEOUT_S, StepBudget, runner_for
+
+# runner_for and StepBudget were defined here before trial_spec.py: bench/ and tests import them from here.
+__all__ = ["StepBudget", "Tuner", "frame_limit", "runner_for", "silent_limit"]
+
+
+def frame_limit(frame: dict[str, Any], name: str, value: Any) -> str | None:
+    """Why the frame says `name=value` cannot apply to this model (an MLP has no attention; a VLM may not
+    pack rows); None if it can. A limit without a value covers every value of the knob."""
+    for limit in frame.get("limits", ()):
+        if limit["knob"] == name and limit.get("value") in (None, value):
+            return limit["reason"]
+    return None
+
+
+def silent_limit(frame: dict[str, Any], name: str) -> bool:
+    """A knob that means nothing for this kind of model (a vision knob on a text model): its changes are
+    dropped without a note, as they would only crowd the report's list of skipped changes."""
+    return any(limit["knob"] == name and limit.get("silent") for limit in frame.get("limits", ()))
+
+
+class Tuner:
+    def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
+                 inject: dict[int, str] | None = None, fresh: bool = False) -> None:
+        self.job, self.executor, self.display = job, executor, display
+        self.folder = RunFolder(root, job.run)
+        self.kb = kb_folder(job.kb)
+        self.peaks: dict[str, Any] = {}
+        self.steps = StepBudget.for_job(job)
+        self.inject = inject or {}
+        self.records: list[dict[str, Any]] = []
+        self.measured: set[tuple] = set()
+        self.slowest_s = 0.0
+        self.walls: list[float] = []
+        self.budget_spent = False
+        self.started = time.monotonic()
+        self.runs = 0
+        self.memory = Memory(job, fresh)
+        # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
+        self.blocked: dict[tuple, set[str]] = {}
+        self.frame_facts: dict[str, Any] = {}
+        self.placement: dict[str, Any] | None = None  # the node and GPU of the latest run, where an executor says
+        self.parallel: Any = None
+        from ..output.tracking import trackers_for
+
+        self.trackers = trackers_for(job)  # observers of each appended record and of the end (tracking.py)
+        self.llm = None
+        if job.llm:
+            from ..reasoner.llm import LLMProposer, LLMSettings
+
+            self.llm = LLMProposer(LLMSettings.from_env(job.llm, job.llm_timeout_s))
+        self.script = None
+        if job.script:
+            from ..workloads.script import ScriptAdapter
+
+            # Config paths are as the user gave them, relative to where autotune was started.
+            self.cwd = Path.cwd()
+            self.script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args),
+                                                   self.cwd, job.max_len, job.effective_batch, job.script_knobs)
+
+    # -- running one measurement -------------------------------------------------------------
+    def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
+        """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`)."""
+        return measuring.measure(self, knobs, trial, label, ceiling)
+
+    def _room_for(self, runs: int) -> bool:
+        """Whether `runs` more measurements fit in the time budget (trial_spec.room_for)."""
+        return trial_spec.room_for(self.job, self.started, self.walls, self.budget_spent, runs)
+
+    # -- phases -----------------------------------------------------------------------------
+    def frame(self) -> dict[str, Any]:
+        if self.display:
+            self.display.running(None, "frame: device, model and data")
+        spec = trial_spec.spec(self, "frame", self.job.start, 0, peak_cache=read_peak_cache(self.kb))
+        result = self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S)
+        if result["state"] != "complete":
+            raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
+        remember_peaks(self.kb, result["frame"]["device"]["peaks"])
+        self.peaks = result["frame"]["device"]["peaks"]
+        self.memory.start(result["frame"])
+        write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
+        return result["frame"]
+
+    def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
+        past = self.memory.replay(self.job.start, self.job.start)
+        if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
+            return self._replayed_baseline(past)
+        # The first repeat also runs the worst-case batch: the user's config must fit before anything else.
+        results = [self.measure(self.job.start, 0, f"baseline 1/{self.steps.baseline_repeats}", True)]
+        if results[0]["state"] != "oom":
+            results += [self.measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
+                        for i in range(1, self.steps.baseline_repeats)]
+        complete = [r for r in results if r["state"] == "complete"]
+        incumbent = Incumbent(self.job.start, [], 0)
+        for result in complete:
+            incumbent.add(result["measurement"])
+        floor = stats.noise_floor(incumbent.runs) if complete else 0.0
+        state = "oom" if results[0]["state"] == "oom" else ("complete" if complete else results[0]["state"])
+        record = recording.record(self, 0, None, self.job.start, state,
+                                  "baseline", f"the user's config, measured {len(complete)} times in fresh processes; "
+                                  f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
+                                  wall=sum(r["wall_s"] for r in results))
+        record["noise_floor"] = floor
+        if results[0]["state"] == "oom" or len(complete) < 2:
+            failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
+            record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
+            record["stderr_tail"] = failed.get("stderr_tail")
+            recording.append(self, record)
+            raise AutotuneError(f"the baseline config did not run: {failed['state']}: {failed['reason']}")
+        recording.learn(self, record, self.job.start, None, incumbent.profile)
+        recording.append(self, record)
+        self.measured.add(key(self.job.start))
+        return incumbent, complete[0]["measurement"], floor
+
+    def _replayed_baseline(self, past: dict[str, Any]) -> tuple[Incumbent, dict[str, Any], float]:
+        incumbent = Incumbent(self.job.start, [], 0)
+        for measurement in past["measurements"]:
+            incumbent.add(measurement)
+        floor = stats.noise_floor(incumbent.runs)
+        if past.get("wall_s"):
+            # A trial's timeout follows the slowest measurement so far; the record says how long they took.
+            self.slowest_s = past["wall_s"] / max(1, len(past["measurements"]))
+        record = recording.record(self, 0, None, self.job.start, "replayed", "baseline",
+                                  f"replayed from {past['experiment']} (same job, device and software; say `fresh` "
+                                  f"to measure again); A/A noise floor {floor:.2%}", past["measurements"], wall=0.0)
+        record.update(noise_floor=floor, replayed_from=past["experiment"])
+        recording.learn(self, record, self.job.start, None, incumbent.profile)
+        recording.append(self, record)
+        self.measured.add(key(self.job.start))
+        return incumbent, past["measurements"][0], floor
+
+    def _budget_left(self, trials_done: int) -> str | None:
+        if self.job.max_trials is not None and trials_done >= self.job.max_trials:
+            return f"max_trials={self.job.max_trials} reached"
+        if self.budget_spent:
+            return f"time budget of {self.job.time_budget_s}s spent"
+        if not self._room_for(1):
+            return f"time budget of {self.job.time_budget_s}s would be exceeded by another trial"
+        return None
+
+    def begin(self) -> tuple[dict[str, Any], Incumbent, dict[str, Any], float]:
+        """Frame and baseline: the frame is complete once the baseline has shown its ceiling and where
+        its time goes."""
+        frame = self.frame()
+        incumbent, base_measurement, floor = self.baseline()
+        return self.complete_frame(frame, base_measurement), incumbent, base_measurement, floor
+
+    def complete_frame(self, frame: dict[str, Any], base_measurement: dict[str, Any]) -> dict[str, Any]:
+        # The numerics opt-in holds for every runner: an MLP's or a script's frame does not know of it.
+        limits = frame.get("limits", [])
+        limits = limits + [lim for lim in numerics_limits(self.job.allow_numerics_change) if lim not in limits]
+        frame = {**frame, "ceiling": base_measurement.get("ceiling"), "breakdown": base_measurement.get("breakdown"),
+                 "limits": limits}
+        if self.script is not None:
+            # A script's model and data are seen only when it runs: the baseline's hooks read them.
+            frame.update(model=base_measurement.get("model") or {}, data=base_measurement.get("data") or {})
+        self.memory.start(frame)
+        self.frame_facts = frame
+        write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
+        return frame
+
+    def run(self, resume: bool = False) -> Outcome:
+        """The whole loop; with `resume`, from where a stopped or killed run of this folder left off.
+
+        Under the run folder's lock from before the first write to the last: a second tuner or a resume
+        of the same RUN stops with JobError (exit 2) naming this process, and writes nothing."""
+        with self.folder.locked():
+            return self._run(resume)
+
+    def _run(self, resume: bool) -> Outcome:
+        if resume:
+            from .resume import restore
+
+            frame, incumbent, base_measurement, floor, trial = restore(self)
+        else:
+            self.folder.create(self.job.to_dict())
+            recording.save_state(self, 0, Incumbent(self.job.start, [], 0), 0.0)  # the run id is on disk from the start
+            frame, incumbent, base_measurement, floor = self.begin()
+            trial = 0
+        if hasattr(self.executor, "slots"):
+            from .parallel import ParallelTrials  # an executor with several GPUs: independent trials at once
+
+            self.parallel = ParallelTrials(self)
+        baseline_speed = self.records[0]["samples_per_s"]
+        stop_reason, skipped = "every applicable change was tried", []
+        while True:
+            features = self.memory.features(incumbent.knobs, incumbent.profile)
+            hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured,
+                                       self.memory.claims, features, self.blocked.get(key(incumbent.knobs), ()))
+            warm = self.memory.warm_start(incumbent.knobs, self.measured) if trial == 0 else None
+            if warm is not None:
+                hypotheses.insert(0, warm)
+            hypotheses, skipped = self._allowed(hypotheses, skipped)
+            # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
+            least = decide.stop_floor(self.steps, self.records, floor)
+            hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, self.records, frame["device"],
+                                                self.job.effective_batch, self.measured, self.memory.claims,
+                                                features, least, self._allowed, skipped)
+            stop_reason = spent or stop_reason
+            check = warm_check(incumbent.knobs, self.job.start, self.records, self.measured,
+                               lambda: self._first_on_start(frame, incumbent))
+            if check is not None:  # as every proposal: only=, the frame's limits, the script's settings
+                hypotheses = self._allowed([check], skipped)[0] + hypotheses
+            stop = self._budget_left(trial)
+            if not stop and warm is None and self.llm is not None and not self.llm.off:
+                hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
+            if stop or not hypotheses:
+                stop_reason = stop or stop_reason
+                break
+            trial += 1
+            if self.parallel is not None:
+                incumbent = self.parallel.attempt(trial, hypotheses, incumbent, base_measurement, floor)
+            else:
+                incumbent = self._try(trial, hypotheses[0], incumbent, base_measurement, floor)
+            recording.save_state(self, trial, incumbent, floor)
+        recording.save_state(self, trial, incumbent, floor, stop_reason=stop_reason, skipped=skipped)
+        self.memory.finish(self.records, incumbent.knobs, incumbent.trial, kept_product(self.records), baseline_speed,
+                           stop_reason)
+        best_record = next(r for r in reversed(self.records) if r["trial"] == incumbent.trial)
+        outcome = Outcome(frame=frame, baseline={"samples_per_s": baseline_speed, "measurement": base_measurement},
+                          best=incumbent, records=self.records, skipped=skipped, noise_floor=floor,
+                          stop_reason=stop_reason, wall_s=time.monotonic() - self.started, folder=self.folder.path,
+                          best_measurement=best_record["measurements"][-1],
+                          parallel=self.parallel.close() if self.parallel is not None else None)
+        return outcome
+
+    def _first_on_start(self, frame: dict[str, Any], incumbent: Incumbent) -> Hypothesis | None:
+        """The change the ranking puts first on the user's config (decide.warm_check)."""
+        features = self.memory.features(self.job.start, incumbent.profile)
+        ranked, _ = rank(self.job.start, frame["device"], self.job.effective_batch, self.measured, self.memory.claims,
+                         features, ())
+        return next(iter(self._allowed(ranked, [])[0]), None)
+
+    def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
+                 ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
+        """The LLM's checked proposals go first, the ranking after; its new claims join the beliefs."""
+        from ..reasoner.llm import prompt_context
+
+        claims = self.memory.claims
+        context = prompt_context(features, incumbent.knobs, self.job.effective_batch, self.records, claims, ranked,
+                                 skipped, [r["change"] for r in self.records if r["change"]])
+        proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
+                                    self.measured, claims, features)
+        proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
+        for change, why in cannot:
+            proposal.reject(change, why)
+        if proposal.claims:
+            self.memory.adopt(proposal.claims, f"proposed by the LLM {self.job.llm} before trial {before_trial}")
+        record = proposal.record(before_trial, self.job.llm)
+        self.folder.append_llm_call(record)
+        if self.display:
+            self.display.llm(record)
+        proposed = {h.change for h in proposal.hypotheses}
+        return proposal.hypotheses + [h for h in ranked if h.change not in proposed]
+
+    def _allowed(self, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
+                 report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
+        """Only changes to knobs the user left to autotune (`only=`), and for a script, only those it
+        has a setting for. Knobs the user kept are dropped without a note, unless `report_only`."""
+        kept = []
+        for hypothesis in hypotheses:
+            held = next((k for k, _ in hypothesis.changes if self.job.only and k not in self.job.only), None)
+            if any(silent_limit(self.frame_facts, k) for k, _ in hypothesis.changes):
+                continue
+            if held:
+                if report_only:
+                    skipped.append((hypothesis.change, f"only={','.join(self.job.only)} keeps {held} as it is"))
+                continue
+            why = next((w for k, v in hypothesis.changes if (w := frame_limit(self.frame_facts, k, v))), None)
+            if why is None and self.script is not None:
+                kind = (self.frame_facts.get("device") or {}).get("kind")
+                why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v, kind))), None)
+            if why:
+                skipped.append((hypothesis.change, why))
+            else:
+                kept.append(hypothesis)
+        return kept, skipped
+
+    def _cannot_apply_here(self, hypothesis: Hypothesis, result: dict[str, Any]) -> None:
+        """A crash that no incumbent can fix (the device, the install) becomes a limit the ranking honours."""
+        from ..reasoner.cannot_apply import blamed, fixed_reason
+
+        why = fixed_reason(result.get("reason"), result.get("stderr_tail")) if result["state"] == "crash" else None
+        culprit = blamed(why, hypothesis.changes) if why else None
+        if culprit is not None:
+            knob, value = culprit
+            self.frame_facts.setdefault("limits", []).append(
+                {"knob": knob, "value": value, "reason": f"cannot apply here: {why}"})
+
+    def _try(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, base: dict[str, Any],
+             floor: float) -> Incumbent:
+        """One change: screen on one run, then interleave (incumbent, candidate) and keep it only when
+        the interval on the ratio clears the noise floor, parity holds and the worst case fits."""
+        knobs = hypothesis.apply(incumbent.knobs)
+        self.measured.add(key(knobs))
+        past = self.memory.replay(incumbent.knobs, knobs)
+        if past is not None:
+            return recording.replay(self, trial, hypothesis, incumbent, knobs, past, floor)
+        results = [self.measure(knobs, trial, f"{hypothesis.change} (1/2)", hypothesis.affects_memory)]
+        first = results[0]
+        verdict: stats.Comparison | None = None
+        parity_result = None
+
+        def finish(decision: str, reason: str, state: str = "complete") -> Incumbent:
+            complete = [r for r in results if r["state"] == "complete"]
+            record = recording.record(self, trial, hypothesis.change, knobs, state, decision, reason,
+                                      [r["measurement"] for r in complete],
+                                      wall=sum(r["wall_s"] for r in results), stderr=first.get("stderr_tail"))
+            record.update(incumbent_samples_per_s=incumbent.speed, noise_floor=floor, parity=parity_result,
+                          ceiling=complete[0]["measurement"].get("ceiling") if complete else None)
+            if verdict:
+                record.update(ratio=verdict.ratio, interval=[verdict.low, verdict.high], confidence=verdict.confidence)
+            return self._conclude(record, hypothesis, incumbent, knobs, [r["measurement"] for r in complete])
+
+        if first["state"] != "complete":
+            self._cannot_apply_here(hypothesis, first)
+            return finish("discard", first["reason"], first["state"])
+        measurement = first["measurement"]
+        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.records)
+        if not parity_result["ok"]:
+            return finish("discard", parity_result["reason"])
+        # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
+        # verdict uses only this trial's incumbent runs (older ones would turn drift into a gain). The
+        # screen compares with the incumbent's runs on the candidate's card only; on a card with none yet
+        # (trials in parallel), the incumbent's first paired run comes before the screen and is its reference.
+        fresh = []
+        reference = incumbent.runs_on(measurement.get("placement"))
+        if not reference:
+            fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
+            reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
+        if reference:
+            verdict = decide.screen(self.steps, self.records, reference, measurement, self.job.effective_batch, floor)
+            if decide.screened_out(self.steps, verdict):
+                for result in fresh:
+                    if result["state"] == "complete":
+                        incumbent.add(result["measurement"])  # a reference on this card for the next trials
+                return finish("discard", f"not faster after one run: {verdict.reason}")
+        if not fresh:
+            fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
+        results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
+        fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
+        fresh = [r for r in fresh if r["state"] == "complete"]
+        for result in fresh:
+            incumbent.add(result["measurement"])
+        second = results[1]
+        if second["state"] != "complete":
+            return finish("discard", f"the confirmation run ended {second['state']}: {second['reason']}",
+                          second["state"])
+        if not fresh:
+            return finish("discard", "the incumbent could not be measured again beside the candidate")
+        verdict = measuring.interleaved(self, fresh, results, floor)
+        verdict = measuring.more_pairs(self, trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict)
+        failed = results[-1]
+        if failed["state"] != "complete":
+            return finish("discard", f"an extra run ended {failed['state']}: {failed['reason']}", failed["state"])
+        if verdict.verdict != "faster":
+            return finish("discard", verdict.reason)
+        ceiling = measurement.get("ceiling")
+        fits = (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
+                if ceiling else "")
+        return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
+
+    def _conclude(self, record: dict[str, Any], hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
+                  measurements: list[dict[str, Any]]) -> Incumbent:
+        """Learn from the trial, append its record, and return the incumbent that follows it. A method, so
+        that the parallel loop's shadows can replace it with one that writes nothing."""
+        return recording.conclude(self, record, hypothesis, incumbent, knobs, measurements)

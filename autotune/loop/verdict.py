@@ -1,0 +1,100 @@
+"""Pure decisions on one trial's runs: the screen, the verdict on interleaved pairs, whether more pairs
+could decide it, the smallest gain worth a trial, and parity with the baseline's losses.
+
+Each follows the step budget's keep rule: "sequential" (autotune/loop/keep_rule.py over probes.sequential,
+the run-to-run spread pooled from the tune's records) or "floor" (probes.stats: a bootstrap interval
+that must clear the baseline's A/A floor).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import keep_rule
+from ..config.knobs import CATALOG, NUMERICS, Knobs, numerics_changes
+from .outcome import Incumbent
+from ..probes import parity, stats
+from .trial_spec import StepBudget
+
+
+def interleaved(steps: StepBudget, records: list[dict[str, Any]], incumbent_runs: list[dict[str, Any]],
+                candidate_runs: list[dict[str, Any]], batch: int, floor: float, last: bool) -> stats.Comparison:
+    """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
+    would turn the machine's drift into a gain). `last`: the time budget allows no further pair."""
+    if steps.keep_rule == "sequential":
+        # The look after which the time budget allows no further pair spends the looks left.
+        return keep_rule.verdict(records, [r["measurement"] for r in incumbent_runs],
+                                 [r["measurement"] for r in candidate_runs], most_pairs(steps, records), last=last)
+    return stats.compare([r["measurement"]["step_times_s"] for r in incumbent_runs],
+                         [r["measurement"]["step_times_s"] for r in candidate_runs], batch, floor)
+
+
+def stop_floor(steps: StepBudget, records: list[dict[str, Any]], floor: float) -> float:
+    """The smallest gain the keep rule can show: a proposal expected to gain less is not tried."""
+    if steps.keep_rule == "sequential":
+        return keep_rule.detectable(records, most_pairs(steps, records))
+    return floor
+
+
+def most_pairs(steps: StepBudget, records: list[dict[str, Any]]) -> int:
+    """The most interleaved pairs a trial may take: the step budget's, more on a noisy machine under
+    the sequential rule (keep_rule.most_pairs), where sixteen pairs cannot show a 5% gain."""
+    least = 2 + steps.extra_pairs
+    return keep_rule.most_pairs(records, least) if steps.keep_rule == "sequential" else least
+
+
+def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats.Comparison,
+                fresh: list[dict[str, Any]], results: list[dict[str, Any]], left: int) -> bool:
+    """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
+    if steps.keep_rule == "sequential":
+        return keep_rule.could_close(records, [r["measurement"] for r in fresh],
+                                     [r["measurement"] for r in results], left, most_pairs(steps, records))
+    runs = min(len(results), len(fresh))
+    narrowed = math.sqrt(runs / (runs + left))
+    return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor
+
+
+def screen(steps: StepBudget, records: list[dict[str, Any]], reference: list[list[float]],
+           measurement: dict[str, Any], batch: int, floor: float) -> stats.Comparison:
+    """One candidate run against the incumbent's runs on its card."""
+    if steps.keep_rule == "sequential":
+        return keep_rule.screen(records, reference, measurement, batch)
+    return stats.compare(reference, [measurement["step_times_s"]], batch, floor)
+
+
+def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
+    """Whether one run already says the candidate is not worth confirming."""
+    if steps.keep_rule == "sequential":
+        return verdict.verdict == "slower"
+    return verdict.ratio <= 1 or verdict.verdict == "slower"
+
+
+def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent, knobs: Knobs,
+                 start: Knobs, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-row losses against the baseline's; a change the user allowed to alter what is trained (an
+    image resolution cap) is exempt, and once one is kept, later changes are held to its losses."""
+    if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
+        return {"ok": True, "checked": False, "worst": None, "tolerance": None,
+                "reason": measurement.get("parity_note") or base.get("parity_note")
+                or "parity not checked: the script's per-row losses are out of reach"}
+    retrained = [name for name in knobs.diff(incumbent.knobs) if CATALOG[name].changes_training]
+    if retrained:
+        return {"ok": True, "checked": False, "worst": None, "tolerance": None,
+                "reason": f"parity not required: you allowed {', '.join(retrained)} to change what is "
+                          "trained, so its losses differ by design"}
+    reference, reference_knobs = base, start
+    if any(CATALOG[name].changes_training for name in incumbent.knobs.diff(start)):
+        kept = next(r for r in reversed(records) if r["trial"] == incumbent.trial)
+        reference, reference_knobs = kept["measurements"][-1], incumbent.knobs
+    tolerance = parity.tolerance(reference_knobs.precision, knobs.precision)
+    # A numerics-changing setting the user allowed is held to its own, looser tolerance, stated with its
+    # reason; only one the reference's losses were made without: a QLoRA start keeps precision's tolerance.
+    already = set(numerics_changes(reference_knobs))
+    looser = [(NUMERICS[change], change) for change in numerics_changes(knobs) if change not in already]
+    result = parity.compare(reference["parity_losses"], measurement["parity_losses"],
+                            max([tolerance] + [tol for (tol, _), _ in looser]))
+    if looser:
+        result["reason"] += "; " + "; ".join(f"{name}={value}: tolerance {tol:.0e}, as {why}"
+                                             for (tol, why), (name, value) in looser)
+    return result

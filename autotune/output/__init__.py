@@ -1,0 +1,1 @@
+"""What a run leaves: the run folder, report, results, exporters' hand-over, plots, tracking."""

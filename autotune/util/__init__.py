@@ -1,0 +1,1 @@
+"""What every layer shares: durable writes, locks, the error types."""

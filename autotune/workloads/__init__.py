@@ -1,0 +1,1 @@
+"""One folder per kind of job (hf text, vlm, mlp, script): its runner, its exporter, its job builder."""

@@ -1,0 +1,30 @@
+"""A Hugging Face model's words (text or image-text): model, dataset, length, batch, method, weights."""
+
+from __future__ import annotations
+
+from ...config.job import REQUIRED, SMOKE_DEFAULTS, VLM_SMOKE_TIME_BUDGET_S, Job, parse_flag
+from ...config.job_common import common_fields, start_knobs
+from ...config.job_keys import JOB_KEYS
+from ...config.job_values import check_dataset, check_model, whole
+from ...config.presets import PRESETS, is_vision_preset
+from ...util.errors import JobError
+
+
+def hf_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
+    """A causal LM or a VLM trained by the built-in runner; `smoke` fills in the embedded demo job."""
+    if smoke:
+        pairs = {**SMOKE_DEFAULTS, **pairs}
+        if "time" not in pairs and is_vision_preset(pairs["model"]):
+            pairs["time"] = f"{VLM_SMOKE_TIME_BUDGET_S}s"
+    for key in REQUIRED:
+        if key not in pairs:
+            raise JobError(f"missing required key '{key}': expected {key}=<{JOB_KEYS[key]}> (or add 'smoke' for the built-in demo job)")
+    check_model(pairs["model"])
+    check_dataset(pairs["dataset"])
+    effective_batch = whole("effective_batch", pairs["effective_batch"], 1)
+    return Job(**common_fields(run, pairs, smoke), model=pairs["model"], dataset=pairs["dataset"],
+               max_len=whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
+               method=pairs.get("method", "sft"),
+               weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
+               allow_image_resize=parse_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
+               realize=parse_flag("realize", pairs.get("realize", "true")), start=start_knobs(pairs, effective_batch))

@@ -1,0 +1,1 @@
+"""The framework-free MLP job (the demo): its runner."""

@@ -1,0 +1,33 @@
+"""The MLP job's words: `model=mlp` and its keys, checked against what the framework-free loop can run."""
+
+from __future__ import annotations
+
+from ...config.job import MLP_DEFAULTS, MLP_KNOBS, MLP_SMOKE_TIME_BUDGET_S, Job
+from ...config.job_common import common_fields, start_knobs
+from ...config.job_keys import MLP_MODEL
+from ...config.job_values import whole
+from ...config.knobs import CATALOG
+from ...util.errors import JobError
+
+
+def mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
+    """The framework-free MLP: its own seeded rows and weights; the knobs of any PyTorch loop."""
+    for key, why in (("method", "LoRA adapts a pretrained transformer; the MLP trains all its weights"),
+                     ("weights", "the MLP starts from seeded random weights"),
+                     ("realize", "its best config is a plain loop's settings, not a `trl sft` file")):
+        if key in pairs:
+            raise JobError(f"{key}= does not apply with model=mlp: {why}; drop {key}=")
+    if pairs.get("dataset", "synthetic") != "synthetic":
+        raise JobError(f"dataset={pairs['dataset']!r}: model=mlp trains on its own seeded random rows; "
+                       "use dataset=synthetic or drop dataset=")
+    fixed = [k for k in CATALOG if k in pairs and k not in MLP_KNOBS]
+    if fixed:
+        raise JobError(f"{', '.join(fixed)} does not apply with model=mlp (its rows are fixed-size vectors); drop it")
+    if smoke and "time" not in pairs:
+        pairs = {**pairs, "time": f"{MLP_SMOKE_TIME_BUDGET_S}s"}
+    pairs = {**MLP_DEFAULTS, **pairs}
+    effective_batch = whole("effective_batch", pairs["effective_batch"], 1)
+    return Job(**common_fields(run, pairs, smoke), model=MLP_MODEL, dataset="synthetic",
+               max_len=whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch, weights="random",
+               mlp_width=whole("mlp_width", pairs["mlp_width"], 1), mlp_depth=whole("mlp_depth", pairs["mlp_depth"], 1),
+               mlp_rows=whole("mlp_rows", pairs["mlp_rows"], 1), start=start_knobs(pairs, effective_batch))

@@ -1,0 +1,363 @@
+"""Runs a user's training script as it is and measures it: `python -m autotune.workloads.script.runner SPEC RESULT`.
+
+The script runs in a per-trial work folder that mirrors the user's folder: the script and its config
+files are copies there (the configs with this trial's edits), everything else is a link to the
+original, so the script finds its files at the paths it expects. The script and its configs are never
+written; a script that itself writes into an existing file of the user's does so through the link.
+
+Process-wide hooks are installed before the script starts:
+- an optimizer step post-hook (every optimizer) times each step, with the device synchronised;
+- forward hooks on every module find the outermost model (the largest module called from the top)
+  and read rows and real tokens from its inputs and, for the first two optimizer steps (dropout off),
+  per-row losses from the loss the script computes (parity, script_losses.py), keyed by each row's
+  tokens so batching order does not matter;
+- the memory probe and the NVML sampler run as for the built-in runner.
+After two parity steps, `warmup_max` warm-up steps and `measure_steps` measured ones, the hook ends
+the script by raising `MeasurementDone` through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import runpy
+import shutil
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+from ...config.messages import PARITY_STEPS
+from ...engine import common
+from .losses import LossReader, patch_cross_entropy
+
+
+_is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
+
+
+def _compiling() -> bool:
+    return _is_compiling is not None and _is_compiling()
+
+
+class MeasurementDone(BaseException):
+    """Ends the user's script once the measured steps are in (BaseException: scripts catch Exception)."""
+
+
+def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
+    import json
+
+    import yaml
+
+    if suffix == ".py":
+        from . import pyconfig
+
+        return pyconfig.edit(text, edits)
+    data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+    for path, value in edits:
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    return json.dumps(data, indent=2) if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
+
+
+def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
+    """The mirror of the user's folder for this trial: (its root, the script's copy, the argv)."""
+    script = spec["script"]
+    cwd, mirror = Path(script["cwd"]), Path(spec["workdir"]) / "tree"
+    exclude = {Path(p) for p in script.get("exclude", [])}
+    files: dict[Path, bytes] = {Path(script["path"]): Path(script["path"]).read_bytes()}
+    for config in script["configs"]:
+        original = Path(config["path"])
+        text = original.read_text()
+        edits = script["edits"].get(config["label"], [])
+        files[original] = (_edited(text, original.suffix.lower(), edits) if edits else text).encode()
+    placed: dict[Path, Path] = {}
+    for original in files:
+        inside = original.is_relative_to(cwd)
+        placed[original] = mirror / (original.relative_to(cwd) if inside else Path("_outside", *original.parts[1:]))
+    needed = {cwd}
+    for original in files:
+        if original.is_relative_to(cwd):
+            needed.update(p for p in original.parents if p.is_relative_to(cwd))
+    for folder in sorted(needed):
+        target = mirror / folder.relative_to(cwd)
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in folder.iterdir():
+            if entry in exclude or entry in needed or entry in files or (target / entry.name).exists():
+                continue
+            (target / entry.name).symlink_to(entry)
+    for original, copy in placed.items():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(files[original])
+    # The user's own arguments may name a config by its original path: point them at the copy.
+    renamed = {str(o): str(c) for o, c in placed.items()}
+
+    def rename(word: str) -> str:
+        option, eq, value = word.partition("=")
+        return f"{option}={renamed.get(value, value)}" if eq and option.startswith("--") else renamed.get(word, word)
+
+    argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
+    return mirror, placed[Path(script["path"])], argv
+
+
+def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int]]:
+    """(key, token slice, batch index) per row: packed rows split where position_ids restart."""
+    rows = []
+    if positions is not None and ids.shape[0] == 1:
+        starts = (positions[0] == 0).nonzero().flatten().tolist() + [ids.shape[1]]
+        for a, b in zip(starts, starts[1:]):
+            rows.append((slice(a, b), 0))
+    else:
+        for index in range(ids.shape[0]):
+            length = int(mask[index].sum()) if mask is not None else ids.shape[1]
+            first = int(mask[index].nonzero()[0]) if mask is not None and length else 0
+            rows.append((slice(first, first + length), index))
+    keyed = []
+    for span, index in rows:
+        tokens = ids[index, span].tolist()
+        keyed.append((hashlib.sha1(repr(tokens).encode()).hexdigest(), span, index))
+    return keyed
+
+
+class Meter:
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.warmup, self.measure = spec["warmup_max"], spec["measure_steps"]
+        self.root: Any = None
+        self.depth = 0
+        self.rows = self.tokens = self.padded = 0
+        self.step_rows: list[int] = []
+        self.step_tokens: list[int] = []
+        self.step_padded: list[int] = []
+        self.ends: list[float] = []
+        self.reader = LossReader()   # per-row losses for parity (script_losses.py)
+        self.trainable = self.frozen = self.params = 0
+        self.optimizer: Any = None
+        # What the step was seen to do (script_checks.py): per model call and per optimizer step.
+        self.calls = 0
+        self.step_calls: list[int] = []
+        self.micro_rows: list[int] = []
+        self.widths: list[int] = []
+        self.row_lengths: list[float] = []   # mean real tokens per row, per call: the row order's trace
+        self.dtypes: set[str] = set()
+        self.packed = False
+
+    # forward hooks --------------------------------------------------------------------------------
+    def before(self, module: Any, args: Any) -> None:
+        if _compiling():
+            return  # inside a graph dynamo traces: the hook is a no-op there, so compile runs as without it
+        if self.depth == 0:
+            size = sum(p.numel() for p in module.parameters())
+            if self.root is None or (module is not self.root and size > self._size):
+                self.root, self._size = module, size
+                self.params = size
+                # FLOPs come from matmul weights only: an embedding lookup is not a matmul (a tied
+                # output head is, and is counted through its Linear).
+                weights = {id(m.weight): m.weight for m in module.modules()
+                           if type(m).__name__ in ("Linear", "Conv1D") and getattr(m, "weight", None) is not None}
+                self.trainable = sum(w.numel() for w in weights.values() if w.requires_grad)
+                self.frozen = sum(w.numel() for w in weights.values() if not w.requires_grad)
+                if len(self.ends) < PARITY_STEPS:
+                    self.reader.quiet(module)
+            if module is self.root:
+                self.reader.begin()
+        self.depth += 1
+
+    def after(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        if _compiling():
+            return
+        self.depth = max(0, self.depth - 1)
+        if module is not self.root:
+            return
+        self.reader.in_model = False
+        if not module.training:
+            return
+        import torch
+
+        ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
+        if ids is None or ids.dim() != 2:
+            return
+        mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
+        keyed = _row_keys(ids, mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None, positions)
+        self.rows += len(keyed)
+        self._observe(module, ids, len(keyed))
+        real = sum(span.stop - span.start for _, span, _ in keyed)
+        self.tokens += real
+        if keyed:
+            self.row_lengths.append(real / len(keyed))
+        self.padded += ids.numel()
+        self.reader.end(len(self.ends) + 1, keyed, ids, args, kwargs, output)
+
+    def _observe(self, module: Any, ids: Any, rows: int) -> None:
+        import torch
+
+        self.calls += 1
+        self.micro_rows.append(rows)
+        self.widths.append(int(ids.shape[1]))
+        self.packed = self.packed or (ids.shape[0] == 1 and rows > 1)
+        device = ids.device.type
+        if torch.is_autocast_enabled(device):
+            self.dtypes.add(str(torch.get_autocast_dtype(device)).removeprefix("torch."))
+        else:
+            weight = next((p for p in module.parameters() if p.is_floating_point()), None)
+            if weight is not None:
+                self.dtypes.add(str(weight.dtype).removeprefix("torch."))
+
+    # optimizer hook -------------------------------------------------------------------------------
+    def stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        import torch
+
+        # A wrapper (accelerate's AcceleratedOptimizer) is an Optimizer whose step calls the inner
+        # one's: both hooks fire for one real step, so only the first optimizer seen counts.
+        if self.optimizer is None:
+            self.optimizer = optimizer
+        elif optimizer is not self.optimizer:
+            return
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # CUDA-only: timing needs the device idle
+            torch.cuda.synchronize()
+        self.ends.append(time.perf_counter())
+        self.step_rows.append(self.rows)
+        self.step_tokens.append(self.tokens)
+        self.step_padded.append(self.padded)
+        self.step_calls.append(self.calls)
+        self.rows = self.tokens = self.padded = self.calls = 0
+        if len(self.ends) == PARITY_STEPS:
+            self.reader.restore()   # the timed steps run with the script's own dropout
+        if len(self.ends) >= PARITY_STEPS + self.warmup + self.measure:
+            raise MeasurementDone()
+
+    @property
+    def parity(self) -> dict[str, list[float]] | None:
+        return self.reader.parity
+
+    def reading(self) -> LossReader | None:
+        """The loss reader while parity steps run outside a graph dynamo traces, else None."""
+        return None if _compiling() or len(self.ends) >= PARITY_STEPS else self.reader
+
+
+def _install(meter: Meter) -> list[Any]:
+    import torch
+    from torch.nn.modules import module as nn_module
+    from torch.optim import optimizer as optimizer_hooks
+
+    global _is_compiling
+    _is_compiling = torch.compiler.is_compiling
+    return [nn_module.register_module_forward_pre_hook(meter.before),
+            nn_module.register_module_forward_hook(meter.after, with_kwargs=True, always_call=True),
+            optimizer_hooks.register_optimizer_step_post_hook(meter.stepped),
+            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading))]
+
+
+def trial(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    from ...probes import memory, nvml
+    from ...probes.stats import impossible
+    from ...probes.timing import median
+    from ...engine.train import TrialFault
+
+    common.inject_early_fault(spec.get("inject_fault"))
+    mirror, script, argv = build_workdir(spec)
+    seed = spec["job"].get("seed", 0)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    device = "cuda" if torch.cuda.is_available() and not spec["job"].get("smoke") else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    meter = Meter(spec)
+    handles = _install(meter)
+    memory.reset_peak(device)
+    sampler = nvml.Sampler(device).start()
+    old_argv, old_path, old_cwd = sys.argv, list(sys.path), os.getcwd()
+    sys.argv, sys.path[:0] = [str(script), *argv], [str(script.parent)]
+    os.chdir(mirror)
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except MeasurementDone:
+        pass
+    finally:
+        sampler.stop()
+        for handle in handles:
+            handle.remove()
+        sys.argv, sys.path[:] = old_argv, old_path
+        os.chdir(old_cwd)
+    needed = PARITY_STEPS + spec["warmup_max"] + spec["measure_steps"]
+    if len(meter.ends) < needed:
+        raise TrialFault("invalid", f"the script ended after {len(meter.ends)} optimizer steps; measuring needs "
+                         f"{needed} ({PARITY_STEPS} parity, {spec['warmup_max']} warm-up, {spec['measure_steps']} measured)")
+    times = [b - a for a, b in zip(meter.ends, meter.ends[1:])]
+    measured, warmup = times[-spec["measure_steps"]:], times[:-spec["measure_steps"]]
+    rows = sum(meter.step_rows[-spec["measure_steps"]:])
+    tokens = meter.step_tokens[-spec["measure_steps"]:]
+    seconds = sum(measured)
+    problem = impossible(measured)
+    if problem or rows == 0:
+        raise TrialFault("invalid", problem or "no rows reached the model in the measured steps")
+    flops = sum(tokens) * (6 * meter.trainable + 4 * meter.frozen)
+    precision = spec["knobs"]["precision"]
+    if meter.dtypes == {"float32"} and precision in ("bf16", "fp16"):
+        # The hooks saw every forward in fp32 (a script whose bf16 flag gives no autocast here): MFU is
+        # against the peak of what ran, not of what the settings say (the bf16 peak of a CPU can be 20x lower).
+        precision = "fp32"
+    peak = (spec.get("peaks") or {}).get("matmul_flops", {}).get(precision)
+    mfu = flops / seconds / peak if peak else None
+    config = getattr(meter.root, "config", None)
+    padded = sum(meter.step_padded[-spec["measure_steps"]:])
+    measurement = {
+        "device": device, "samples_per_s": rows / seconds, "tokens_per_s": sum(tokens) / seconds,
+        "median_step_s": median(measured), "step_times_s": [round(t, 6) for t in measured],
+        "warmup_times_s": [round(t, 6) for t in warmup], "real_tokens_per_step": tokens,
+        "model_flops": flops, "hardware_flops": flops, "mfu": mfu, "hfu": mfu, "peak_flops": peak,
+        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity, "parity_note": meter.reader.why_not,
+        "nvml": sampler.summary(),
+        "env": {"torch": torch.__version__, "threads": torch.get_num_threads()},
+        "model": {"params": meter.params, "matmul_params": meter.trainable + meter.frozen,
+                  "trainable_params": sum(p.numel() for p in meter.root.parameters() if p.requires_grad),
+                  "model_type": getattr(config, "model_type", None) or type(meter.root).__name__},
+        "data": {"padding_share": round(1 - sum(tokens) / padded, 4) if padded else None},
+    }
+    from .checks import mismatch, observed
+
+    measurement["observed"] = observed(meter)
+    wrong = mismatch(spec["script"].get("expect", {}), measurement["observed"], spec["job"].get("max_len"))
+    if wrong:
+        raise TrialFault("invalid", wrong, {"measurement_rejected": measurement})
+    if mfu is not None and mfu > 1:
+        raise TrialFault("invalid", f"MFU {mfu:.2f} exceeds the measured peak", {"measurement_rejected": measurement})
+    return {"measurement": measurement}
+
+
+def frame(spec: dict[str, Any]) -> dict[str, Any]:
+    from ...probes.device import device_facts, pick_device
+
+    device = "cpu" if spec["job"].get("smoke") else pick_device()
+    if device == "cpu":
+        import torch
+
+        # As the built-in runner does: one core stays free, or OpenMP spin-waits make timings swing.
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
+    return {"frame": {"device": device_facts(device, spec.get("peak_cache")), "model": {}, "data": {},
+                      "script": spec["script"].get("listing", [])}}
+
+
+def body(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["kind"] == "frame":
+        return frame(spec)
+    try:
+        return trial(spec)
+    finally:
+        # Links and copies only (rmtree does not follow links): the user's files stay as they were.
+        shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
+
+
+def entry(spec_path: Path, result_path: Path) -> int:
+    from ...engine.train import TrialFault, is_oom
+
+    return common.execute(body, is_oom, TrialFault, spec_path, result_path)
+
+
+if __name__ == "__main__":
+    sys.exit(entry(Path(sys.argv[1]), Path(sys.argv[2])))

@@ -1,0 +1,1 @@
+"""Vision-language jobs: the image pipeline and the vision runner's parts."""
