@@ -2,9 +2,11 @@
 
 Every trial so far measured log(candidate / incumbent) with an interval: a linear model over the
 knobs explains them all at once. Its terms are one per knob value (its effect against the user's
-config) and one per value pair of knobs that interact (links.INTERACTIONS and the beliefs' links),
-so a change that lost on one incumbent can still be predicted to win on another that differs in a
-knob it interacts with, and two changes that each lost can be predicted to win together. Bayesian
+config) and one per value pair of two knobs, so a change that lost on one incumbent can still be
+predicted to win on another that differs in a knob it interacts with, and two changes that each lost
+can be predicted to win together. Pairs of knobs that interact (links.INTERACTIONS and the beliefs'
+links) get the wider prior; how wide every pair's is, the trials say (the spread under which they
+are most likely: narrow while they add up, wide once they do not). Bayesian
 linear regression: the prior of each knob value is what the beliefs say of it (rank.score: P(helps)
 and its ratio), each measurement weighs by its own interval; the posterior gives every config one
 step or two from the incumbent an expected gain and an uncertainty.
