@@ -33,3 +33,13 @@ def test_a_noisy_machine_gets_more_pairs_and_a_quiet_one_keeps_the_budgets():
     assert most > 16
     # The pairs added are worth it: the smallest gain they can show is smaller than with sixteen.
     assert keep_rule.detectable(noisy, most) < keep_rule.detectable(noisy, 16)
+
+
+def test_a_real_gain_that_starts_on_two_unlucky_pairs_gets_more_pairs():
+    # A 12% machine: a 10% gain measured x0.93 on its first two pairs is still within reach of the
+    # pairs left, and is given them; one measured x0.5 is not worth them.
+    noisy = [{"measurements": [run(10.0), run(11.5), run(8.7), run(10.9), run(9.1)]}]
+    incumbent = [run(10.0), run(10.6)]
+    unlucky = [run(9.3), run(9.9)]
+    assert keep_rule.could_close(noisy, incumbent, unlucky, 62, 64)
+    assert not keep_rule.could_close(noisy, incumbent, [run(5.0), run(5.2)], 62, 64)

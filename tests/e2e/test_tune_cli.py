@@ -62,6 +62,20 @@ def test_demo_smoke_finds_a_faster_config_that_trains_the_same_thing(tmp_path):
     assert frame["ceiling"]["fits"] is True and frame["breakdown"]["forward_share"] > 0
     assert all(0 < m["mfu"] < 1 for t in trials for m in t["measurements"])
     assert all(t["interval"][0] > 1 for t in kept)  # kept only when the interval clears the floor
+    # No retry of what is refuted: no change is tried again after it lost beyond the noise on an
+    # incumbent that differs from this one only in knobs neither the beliefs nor the interaction table link to it.
+    from autotune.kb import Store
+    from autotune.kb.beliefs import Beliefs
+    from autotune.reasoner import Hypothesis
+    from autotune.reasoner.links import incumbents, refuted
+
+    claims = Beliefs(Store(tmp_path / "kb")).claims() if (tmp_path / "kb").exists() else Beliefs().claims()
+    for index, (incumbent, record) in enumerate(incumbents(trials)):
+        if record["change"] and "+" not in record["change"]:
+            knob, _, _ = record["change"].partition("=")
+            hypothesis = Hypothesis(knob, record["knobs"][knob], "")
+            why = refuted(hypothesis, incumbent, trials[:index + 1], claims)
+            assert why is None, f"trial {record['trial']} retried {record['change']}: {why}"
     assert "baseline" in done.stdout and "best" in done.stdout
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from autotune.loop.decide import next_hypotheses
 from autotune.config.knobs import Knobs
 from autotune.reasoner import Hypothesis
@@ -91,3 +93,40 @@ def test_before_stopping_the_two_changes_the_noise_left_undecided_are_tried_toge
     # Changes shown to lose beyond the noise are no pair: nothing is tried.
     lost = [baseline(), trial(1, sdpa, "attn_implementation=sdpa", 0.8), trial(2, fused, "optim=adamw_torch_fused", 0.85)]
     assert undecided_pair(START, lost, CPU, 16, measured) is None
+
+
+GRID = {"padding", "attn_implementation", "optim", "gradient_checkpointing", "per_device_train_batch_size"}
+
+
+def on_grid(hypotheses, skipped):
+    return [h for h in hypotheses if all(k in GRID for k, _ in h.changes)], skipped
+
+
+def test_once_the_singles_are_spent_a_pair_of_two_small_losers_is_tried_where_the_trials_are_not_additive():
+    # cpu-long-tail's path: padding_free kept, then sdpa and fused AdamW each lost a little on it. The
+    # table rewards the two together (x1.14); nothing links attention to the optimizer.
+    free = START.with_change("padding", "padding_free")
+    sdpa, fused = free.with_change("attn_implementation", "sdpa"), free.with_change("optim", "adamw_torch_fused")
+
+    def history(checkpointing_on_free: float) -> list[dict]:
+        # Checkpointing measured on both incumbents: x0.9 before padding_free, and after it either the
+        # same (the trials add up) or x0.6 (they do not, and nothing links the two knobs either).
+        return [baseline(), trial(1, START.with_change("gradient_checkpointing", True), "gradient_checkpointing=True",
+                                  0.9),
+                trial(2, free, "padding=padding_free", 3.0, "keep"),
+                trial(3, free.with_change("gradient_checkpointing", True), "gradient_checkpointing=True",
+                      checkpointing_on_free),
+                trial(4, sdpa, "attn_implementation=sdpa", 0.87), trial(5, fused, "optim=adamw_torch_fused", 0.95)]
+
+    from autotune.reasoner import key
+
+    pair = sdpa.with_change("optim", "adamw_torch_fused")
+    scores = {}
+    for name, on_free in (("additive", 0.9), ("not additive", 0.6)):
+        records = history(on_free)
+        measured = {key(Knobs.from_dict(r["knobs"])) for r in records}
+        ranked = on_grid(proposals(free, records, CPU, 8, measured), [])[0]
+        scores[name] = next(h.score for h in ranked if h.apply(free) == pair)
+    # Trials that depart from the sum of their singles widen what the model allows two changes together:
+    # the pair's expected improvement clears a 1% floor only then.
+    assert scores["additive"] < math.log1p(0.01) <= scores["not additive"]
