@@ -69,7 +69,7 @@ class _TrialSlot:
         return {"node": context.get_node_id(), "host": socket.gethostname(),
                 "ip": ray.util.get_node_ip_address(), "gpu": ",".join(context.get_accelerator_ids().get("GPU", [])),
                 "package": str(Path(__file__).resolve().parents[1]), "folder": str(self.root),
-                "shipped": [p for p in sys.path if "runtime_resources" in p and (Path(p) / "autotune" / "tuner.py").is_file()]}
+                "shipped": [p for p in sys.path if "runtime_resources" in p and (Path(p) / "autotune" / "loop" / "tuner.py").is_file()]}
 
     def run(self, spec: dict[str, Any], bundle: tuple[str, list[Any]] | None, name: str,
             timeout_s: float) -> tuple[dict[str, Any], dict[str, str], bytes | None]:
