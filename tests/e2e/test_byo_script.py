@@ -37,12 +37,7 @@ TRL_FLAGS = ("--output_dir out --per_device_train_batch_size 1 --gradient_accumu
              "--pad_to_multiple_of 512 --use_cpu true --max_steps 400 --report_to none --save_strategy no")
 HF_FLAGS = ("--output_dir out --per_device_train_batch_size 1 --gradient_accumulation_steps 8 --gradient_checkpointing "
             "--max_steps 400 --report_to none --save_strategy no")
-# Three more styles' whole tunes (about 2.5 minutes on 2 cores) would take CI past its 20 minutes: they
-# run where AUTOTUNE_LONG_E2E=1 is set (they passed in a full clean-clone run, ca56389).
-LONG = pytest.mark.skipif(os.environ.get("AUTOTUNE_LONG_E2E") != "1",
-                          reason="a long e2e tune: run it with AUTOTUNE_LONG_E2E=1")
-
-
+@pytest.mark.alone
 @pytest.mark.parametrize("run, words, read", [
     ("trainer", ["script=examples/byo_script/trainer_yaml.py", "script_configs=examples/byo_script/train.yaml"],
      "examples/byo_script/train.yaml:training.per_device_train_batch_size = 1 -> micro_batch"),
@@ -52,13 +47,13 @@ LONG = pytest.mark.skipif(os.environ.get("AUTOTUNE_LONG_E2E") != "1",
     ("clm", ["script=examples/byo_script/hf_clm.py", "script_args=examples/byo_script/hf_clm.json"],
      "examples/byo_script/hf_clm.json:per_device_train_batch_size = 1 -> micro_batch"),
     pytest.param("clmflags", ["script=examples/byo_script/hf_clm.py", f"script_args={HF_FLAGS}"],
-                 "--pad_to_max_length (default) = True -> pad_to_max_length", marks=LONG),
+                 "--pad_to_max_length (default) = True -> pad_to_max_length"),
     # TrlParser with --config, as TRL's sft.py README runs it, and with flags; the rest SFTConfig's defaults.
     pytest.param("sft", ["script=examples/byo_script/trl_sft.py",
                          "script_args=--config examples/byo_script/trl_sft.yaml"],
-                 "examples/byo_script/trl_sft.yaml:bf16 (default) = True -> bf16", marks=LONG),
+                 "examples/byo_script/trl_sft.yaml:bf16 (default) = True -> bf16"),
     pytest.param("sftflags", ["script=examples/byo_script/trl_sft.py", f"script_args={TRL_FLAGS}"],
-                 "--pad_to_multiple_of (your flag) = 512 -> pad_to_multiple_of", marks=LONG),
+                 "--pad_to_multiple_of (your flag) = 512 -> pad_to_multiple_of"),
 ])
 def test_an_example_script_is_tuned_without_touching_its_files(tmp_path, run, words, read):
     shutil.copytree(EXAMPLES, tmp_path / "examples" / "byo_script")
@@ -138,6 +133,7 @@ def test_a_missing_script_or_config_is_one_line_and_exit_2(tmp_path, words, need
     assert done.returncode == 2 and needle in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.alone
 def test_the_nanogpt_style_script_is_tuned_through_its_configurator(tmp_path, monkeypatch, capsys):
     # Globals overridden by a Python config and a --key=value flag, the model called as model(X, Y) with
     # dropout 0.1: the trial passes --batch_size again and edits the config's copy, the hooks see both

@@ -22,7 +22,7 @@ from autotune.kb import Store
 from autotune.kb.experience import Experience
 from autotune.loop.learn import trials_to_best
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 START = ["model=mlp", "mlp_width=512", "effective_batch=64", "smoke"]
 SEQUENCE_KNOBS = ("padding", "group_by_length", "attn_implementation", "gradient_checkpointing")

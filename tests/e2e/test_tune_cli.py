@@ -22,6 +22,7 @@ def records(tmp_path, run):
     return [json.loads(line) for line in lines]
 
 
+@pytest.mark.alone
 def test_demo_smoke_finds_a_faster_config_that_trains_the_same_thing(tmp_path):
     done = autotune(tmp_path, "demo", "smoke")
     assert done.returncode == 0, done.stderr[-3000:]

@@ -11,6 +11,7 @@ from tests.e2e.test_tune_cli import autotune, records
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.alone
 def test_vlm_smoke_keeps_a_faster_config_that_trains_the_same_thing(tmp_path):
     # Held to the padding knob and one row per step so that the test fits the suite's budget; the
     # issue's full command (effective_batch=8, every knob) is what the README shows. A row padded to
