@@ -159,3 +159,29 @@ def test_workers_beyond_spare_cores_and_compile_reason():
     assert not_applicable("dataloader_num_workers", 2, Knobs(), CUDA, 16) is None
     no_compile = {**CPU, "compile": False, "compile_reason": "no C compiler"}
     assert not_applicable("torch_compile", True, Knobs(), no_compile, 16) == "no C compiler"
+
+
+def test_the_knob_table_is_the_one_place_a_knob_is_declared():
+    """Knobs' fields, their defaults (the naive start) and the stored records' schema all follow CATALOG:
+    a knob added to the table alone is a field of Knobs, and a schema that lags it fails here."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    import autotune
+    from autotune.config.knobs import CATALOG, NAIVE_START, Knobs
+
+    fields = dataclasses.fields(Knobs)
+    assert [f.name for f in fields] == list(CATALOG)
+    assert {f.name: f.default for f in fields} == NAIVE_START == {k.name: k.naive for k in CATALOG.values()}
+    assert Knobs().to_dict() == NAIVE_START
+    schema = json.loads((Path(autotune.__file__).parent / "schemas" / "knobs.json").read_text())
+    assert list(schema["properties"]) == list(CATALOG)
+    # Knobs added later are optional in stored records (older ones load with the naive value).
+    assert schema["required"] == list(CATALOG)[: len(schema["required"])]
+    for knob in CATALOG.values():
+        stored = schema["properties"][knob.name]
+        if knob.kind == "choice":
+            assert stored["enum"] == list(knob.choices), knob.name
+        else:
+            assert stored["type"] == {"bool": "boolean", "int": "integer"}[knob.kind], knob.name

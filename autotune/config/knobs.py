@@ -30,6 +30,8 @@ class Knob:
     name: str
     kind: str  # bool | int | choice
     choices: tuple = ()
+    # Its value in the config many people start with (NAIVE_START), and in records from before it existed.
+    naive: Any = None
     affects_memory: bool = False
     help: str = ""
     # Only image-text models have it (rank proposes it only where the frame found a vision tower).
@@ -43,48 +45,48 @@ class Knob:
 IMAGE_PIXEL_CAP = 256 * 28 * 28
 
 CATALOG: dict[str, Knob] = {k.name: k for k in (
-    Knob("per_device_train_batch_size", "int", affects_memory=True,
+    Knob("per_device_train_batch_size", "int", naive=1, affects_memory=True,
          help="rows per micro-batch; accumulation makes up the rest of effective_batch"),
-    Knob("padding", "choice", PADDING_MODES, affects_memory=True,
+    Knob("padding", "choice", PADDING_MODES, naive="max_length", affects_memory=True,
          help="pad every row to max_len, pad to the longest row of the batch, or pack rows without padding"),
-    Knob("group_by_length", "bool", help="batch rows of similar length together (less padding)"),
-    Knob("attn_implementation", "choice", ATTENTION, affects_memory=True, help="attention kernel"),
-    Knob("precision", "choice", PRECISIONS, affects_memory=True,
+    Knob("group_by_length", "bool", naive=False, help="batch rows of similar length together (less padding)"),
+    Knob("attn_implementation", "choice", ATTENTION, naive="eager", affects_memory=True, help="attention kernel"),
+    Knob("precision", "choice", PRECISIONS, naive="fp32", affects_memory=True,
          help="fp32, bf16 or fp16 autocast, or tf32 matmuls"),
-    Knob("gradient_checkpointing", "bool", affects_memory=True, help="recompute activations in backward"),
-    Knob("torch_compile", "bool", affects_memory=True, help="torch.compile the model"),
-    Knob("dataloader_num_workers", "int", help="collation in worker processes"),
-    Knob("dataloader_pin_memory", "bool", help="page-locked host batches (CUDA)"),
-    Knob("optim", "choice", OPTIMIZERS, affects_memory=True,
+    Knob("gradient_checkpointing", "bool", naive=False, affects_memory=True, help="recompute activations in backward"),
+    Knob("torch_compile", "bool", naive=False, affects_memory=True, help="torch.compile the model"),
+    Knob("dataloader_num_workers", "int", naive=0, help="collation in worker processes"),
+    Knob("dataloader_pin_memory", "bool", naive=False, help="page-locked host batches (CUDA)"),
+    Knob("optim", "choice", OPTIMIZERS, naive="adamw_torch", affects_memory=True,
          help="optimizer implementation (same AdamW math)"),
-    Knob("max_image_pixels", "int", affects_memory=True, vision=True, changes_training=True,
+    Knob("max_image_pixels", "int", naive=0, affects_memory=True, vision=True, changes_training=True,
          help="VLMs: cap each image at this many pixels before the processor (0: the processor's own); "
               "tried only with allow_image_resize=true"),
-    Knob("freeze_vision_tower", "bool", affects_memory=True, vision=True,
+    Knob("freeze_vision_tower", "bool", naive=False, affects_memory=True, vision=True,
          help="VLMs: run the vision tower without autograd (only where the method trains nothing in it)"),
-    Knob("chunked_cross_entropy", "bool", affects_memory=True,
+    Knob("chunked_cross_entropy", "bool", naive=False, affects_memory=True,
          help="the loss from the hidden states, chunk by chunk: the [rows, seq, vocab] logits never exist "
               "(autotune's own loop; trl.SFTTrainer's fused LM head always does this)"),
-    Knob("use_liger_kernel", "bool", affects_memory=True,
+    Knob("use_liger_kernel", "bool", naive=False, affects_memory=True,
          help="liger-kernel's fused RMSNorm, RoPE and SwiGLU (CUDA, pip install liger-kernel); TRL 1.16 "
               "deprecates it for Hub kernels (a FutureWarning) and keeps Liger's fused loss off"),
-    Knob("activation_offloading", "bool", affects_memory=True,
+    Knob("activation_offloading", "bool", naive=False, affects_memory=True,
          help="TRL: keep activations in host memory until backward (CUDA)"),
-    Knob("expandable_segments", "bool", affects_memory=True,
+    Knob("expandable_segments", "bool", naive=False, affects_memory=True,
          help="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the trial's environment (less fragmentation)"),
-    Knob("torch_compile_mode", "choice", COMPILE_MODES, affects_memory=True,
+    Knob("torch_compile_mode", "choice", COMPILE_MODES, naive="default", affects_memory=True,
          help="torch.compile's mode, with torch_compile on; compile time stays in the warm-up, out of the timing"),
-    Knob("dtype", "choice", BASE_DTYPES, affects_memory=True,
+    Knob("dtype", "choice", BASE_DTYPES, naive="float32", affects_memory=True,
          help="LoRA: the frozen base's weights as loaded (bfloat16 halves them; no master weights to keep)"),
-    Knob("load_in_4bit", "bool", affects_memory=True,
+    Knob("load_in_4bit", "bool", naive=False, affects_memory=True,
          help="LoRA: a 4-bit NF4 base (QLoRA, bitsandbytes); changes the numbers, tried only with "
               "allow_numerics_change=true"),
-    Knob("float8_training", "bool", affects_memory=True,
+    Knob("float8_training", "bool", naive=False, affects_memory=True,
          help="torchao float8 matmuls in the linear layers (compute capability >= 8.9); changes the numbers, "
               "tried only with allow_numerics_change=true"),
-    Knob("dataloader_persistent_workers", "bool", help="loader workers live across epochs (with workers)"),
+    Knob("dataloader_persistent_workers", "bool", naive=False, help="loader workers live across epochs (with workers)"),
     Knob("dataloader_prefetch_factor", "int",
-         help="batches each loader worker prepares ahead (0: torch's default, 2; with workers)"),
+         naive=0, help="batches each loader worker prepares ahead (0: torch's default, 2; with workers)"),
 )}
 
 # Settings that change what is trained beyond precision noise: tried only with allow_numerics_change=true,
@@ -114,44 +116,12 @@ def numerics_limits(allowed: bool) -> list[dict[str, Any]]:
             for name, value in NUMERICS]
 
 # The config many people start with: pad to max length, micro-batch 1, fp32, eager attention.
-NAIVE_START: dict[str, Any] = {
-    "per_device_train_batch_size": 1, "padding": "max_length", "group_by_length": False,
-    "attn_implementation": "eager", "precision": "fp32", "gradient_checkpointing": False,
-    "torch_compile": False, "dataloader_num_workers": 0, "dataloader_pin_memory": False,
-    "optim": "adamw_torch", "max_image_pixels": 0, "freeze_vision_tower": False,
-    "chunked_cross_entropy": False, "use_liger_kernel": False, "activation_offloading": False,
-    "expandable_segments": False, "torch_compile_mode": "default", "dtype": "float32", "load_in_4bit": False,
-    "float8_training": False, "dataloader_persistent_workers": False, "dataloader_prefetch_factor": 0,
-}
+NAIVE_START: dict[str, Any] = {knob.name: knob.naive for knob in CATALOG.values()}
+_PYTHON_TYPE = {"bool": bool, "int": int, "choice": str}
 
 
-@dataclass(frozen=True)
-class Knobs:
-    """One configuration; validated on construction."""
-
-    per_device_train_batch_size: int = 1
-    padding: str = "max_length"
-    group_by_length: bool = False
-    attn_implementation: str = "eager"
-    precision: str = "fp32"
-    gradient_checkpointing: bool = False
-    torch_compile: bool = False
-    dataloader_num_workers: int = 0
-    dataloader_pin_memory: bool = False
-    optim: str = "adamw_torch"
-    max_image_pixels: int = 0
-    freeze_vision_tower: bool = False
-    # Records written before these knobs existed load with them off (the defaults).
-    chunked_cross_entropy: bool = False
-    use_liger_kernel: bool = False
-    activation_offloading: bool = False
-    expandable_segments: bool = False
-    torch_compile_mode: str = "default"
-    dtype: str = "float32"
-    load_in_4bit: bool = False
-    float8_training: bool = False
-    dataloader_persistent_workers: bool = False
-    dataloader_prefetch_factor: int = 0
+class _KnobsMethods:
+    """What a Knobs does; its fields come from CATALOG (below), the one table of knobs."""
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -182,6 +152,14 @@ class Knobs:
         """Knobs whose value differs: name -> (self's, other's)."""
         mine, theirs = self.to_dict(), other.to_dict()
         return {k: (mine[k], theirs[k]) for k in mine if mine[k] != theirs[k]}
+
+
+# One configuration, validated on construction: a frozen dataclass with one field per CATALOG entry, in
+# its order, defaulting to the naive value (records written before a knob existed load with it so).
+Knobs = dataclasses.make_dataclass(
+    "Knobs", [(knob.name, _PYTHON_TYPE[knob.kind], dataclasses.field(default=knob.naive)) for knob in CATALOG.values()],
+    bases=(_KnobsMethods,), frozen=True, namespace={"__module__": __name__})
+Knobs.__doc__ = "One configuration; validated on construction."
 
 
 def parse_knob_value(name: str, text: str) -> Any:
