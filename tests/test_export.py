@@ -17,7 +17,8 @@ from autotune.config.job import Job
 from autotune.workloads.jobs import job_from_words
 from autotune.config.knobs import Knobs
 from autotune.output.records import RunFolder
-from autotune.output.report import caveats, write_best_config
+from autotune.output.report import write_best_config
+from autotune.workloads.vlm.caveats import caveats
 
 trl = pytest.importorskip("trl")
 

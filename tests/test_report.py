@@ -9,7 +9,8 @@ import pytest
 from autotune.config.job import Job
 from autotune.config.knobs import Knobs
 from autotune.output.records import RunFolder
-from autotune.output.report import caveats, write_best_config, write_results_tsv
+from autotune.output.report import write_best_config, write_results_tsv
+from autotune.workloads.vlm.caveats import caveats
 
 
 def make_job(**overrides) -> Job:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.job import Job
+from ..workloads.jobs import kind_of
 from ..config.knobs import Knobs
 from ..config.messages import rows_needed
 from ..probes.timing import median
@@ -47,10 +48,9 @@ MIN_TIMEOUT_S = 120
 
 
 def runner_for(job: Job) -> str:
-    """Which runner module trains this job: the user's script, the framework-free MLP, or Hugging Face."""
-    if job.script:
-        return "script"
-    return "mlp" if job.is_mlp else "hf"
+    """Which runner module trains this job: its kind's (the user's script, the framework-free MLP, or
+    Hugging Face; engine.RUNNER_MODULES names the module)."""
+    return kind_of(job).name
 
 
 def spec(tuner: Any, kind: str, knobs: Knobs, trial: int, ceiling: bool = False,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import shlex
 from statistics import median
 from typing import Any
 
-from ..config.job import MLP_KNOBS, Job
+from ..config.job import Job
+from ..workloads.jobs import kind_of
 from ..config.knobs import Knobs
 from .records import RunFolder
 from ..util.io import write_json_atomic
@@ -34,92 +34,12 @@ def write_results_tsv(folder: RunFolder, records: list[dict[str, Any]]) -> None:
     folder.results.write_text("\n".join(lines) + "\n")
 
 
-def _packed_vlm_note(knobs: Knobs, vlm: str) -> str:
-    """What the built-in runner did for packed image-text rows, which TRL does not offer."""
-    mrope = (" and the model's M-RoPE positions computed per row with its `get_rope_index`, concatenated and "
-             "passed as a 4 x T `position_ids` whose first row is the per-row text positions"
-             if vlm in ("qwen2_vl", "qwen2_5_vl") else "")
-    bounds = ("the row bounds taken from the position ids (no cu_seq_lens keyword arguments: the model hands them "
-              "on to its vision tower)" if knobs.attn_implementation == "flash_attention_2" else
-              "a block-diagonal attention mask")
-    return (f"padding_free was measured on packed image-text rows ({vlm}): each micro-batch's rows in one sequence, "
-            f"their images passed in row order, position ids restarting per row{mrope}, and {bounds}. TRL's "
-            "SFTTrainer refuses padding_free for vision-language models, so the `trl sft` command above stops "
-            "with an error: pack the rows that way in your own collator, or keep padding=longest with SFTTrainer.")
-
-
-def caveats(knobs: Knobs, vlm: str | None = None) -> list[str]:
-    """Notes on what the trainer arguments cannot say; `vlm`: the model type of an image-text model."""
-    notes = []
-    if knobs.padding == "padding_free" and vlm:
-        notes.append(_packed_vlm_note(knobs, vlm))
-    if knobs.max_image_pixels and vlm in ("idefics3", "smolvlm"):
-        notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with the processor's longest edge "
-                     "lowered to k tiles: k the largest whole number (at least 1) with (k x tile)^2 within that many "
-                     "pixels, the tile your processor's `max_image_size[\"longest_edge\"]`. TrainingArguments and "
-                     "`trl sft` have no such setting: pass it to your processor (`AutoProcessor.from_pretrained(model, "
-                     "size={\"longest_edge\": k * tile})`).")
-    elif knobs.max_image_pixels:
-        notes.append(f"max_image_pixels={knobs.max_image_pixels} was measured with each image capped at that many "
-                     "pixels before the processor. TrainingArguments and `trl sft` have no such setting: pass it to "
-                     "your processor (Qwen2-VL: `AutoProcessor.from_pretrained(model, max_pixels=...)`).")
-    if knobs.freeze_vision_tower:
-        notes.append("freeze_vision_tower was measured with the vision tower run without autograd (its parameters "
-                     "frozen). TrainingArguments has no such setting: set `requires_grad_(False)` on the tower and "
-                     "run it under `torch.no_grad()`, or keep LoRA off its layers.")
-    return notes
-
-
-def loop_settings(job: Job, knobs: Knobs) -> dict[str, Any]:
-    """The best config of a plain PyTorch loop (model=mlp), in the names of the calls that take it."""
-    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(knobs.precision)
-    return {"DataLoader": {"batch_size": knobs.per_device_train_batch_size,
-                           "num_workers": knobs.dataloader_num_workers, "pin_memory": knobs.dataloader_pin_memory},
-            "gradient_accumulation_steps": knobs.accumulation(job.effective_batch),
-            "torch.autocast": {"dtype": dtype} if dtype else None,
-            "torch.backends.cuda.matmul.allow_tf32": knobs.precision == "tf32",
-            "torch.compile": knobs.torch_compile,
-            "torch.optim.AdamW": {"fused": knobs.optim == "adamw_torch_fused"}}
-
-
-def _remeasure_command(job: Job, knobs: Knobs) -> str:
-    """autotune measuring the best config again: the MLP has no trainer command to hand over."""
-    words = ["autotune", "tune", f"{job.run}-best", f"model={job.model}", f"mlp_width={job.mlp_width}",
-             f"mlp_depth={job.mlp_depth}", f"mlp_rows={job.mlp_rows}", f"max_len={job.max_len}",
-             f"effective_batch={job.effective_batch}"]
-    words += [f"{name}={str(value).lower() if isinstance(value, bool) else value}"
-              for name, value in knobs.to_dict().items() if name in MLP_KNOBS]
-    return shlex.join([*words, "max_trials=1"])
-
-
 def best_config(job: Job, knobs: Knobs, script: Any = None, vlm: str | None = None,
                 handover: dict[str, Any] | None = None, folder_path: Any = None) -> dict[str, Any]:
-    """What best_config.json holds; for a Hugging Face text job, `handover`: the best file's keyword
-    arguments (`kwargs`) and the realized line (`summary`), and `folder_path`: where the files are."""
-    if job.is_mlp:
-        return {"schema_version": 1, "knobs": knobs.to_dict(), "pytorch_loop": loop_settings(job, knobs),
-                "command": _remeasure_command(job, knobs), "caveats": []}
-    if script is not None:
-        # The user's own files say the config: which keys to set, and the command with its flags.
-        import shlex
-
-        edits, flags = script.edits(knobs)
-        words = ["python", job.script, *shlex.split(job.script_args), *flags]
-        return {"schema_version": 1, "knobs": knobs.to_dict(), "config_edits": {
-            label: {".".join(path): value for path, value in changes} for label, changes in edits.items()},
-            "command": " ".join(shlex.quote(w) for w in words), "caveats": []}
-    from pathlib import Path
-
-    from ..workloads.hf.export import FILES, command, fallback_configs, python_kwargs
-
-    folder_path = Path(folder_path) if folder_path is not None else Path("runs") / job.run
-    if handover is None:  # the settings alone, no files (the installed SFTConfig's names: imports trl)
-        handover = {"kwargs": python_kwargs(fallback_configs(job, knobs.to_dict(), job.smoke, folder_path.resolve())),
-                    "summary": ""}
-    kwargs = handover["kwargs"]
-    return {"schema_version": 1, "knobs": knobs.to_dict(), "files": {k: str(folder_path / v) for k, v in FILES.items()},
-            **kwargs, "realized": handover["summary"], "command": command(folder_path / FILES["best"]),
-            "caveats": caveats(knobs, vlm)}
+    """What best_config.json holds, in the form the job's kind gives it (workloads/jobs.py KINDS); for a
+    Hugging Face text job, `handover`: the best file's keyword arguments (`kwargs`) and the realized line
+    (`summary`), and `folder_path`: where the files are."""
+    return kind_of(job).best(job, knobs, script=script, vlm=vlm, handover=handover, folder_path=folder_path)
 
 
 def _vlm_type(folder: RunFolder) -> str | None:

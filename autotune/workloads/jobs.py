@@ -1,31 +1,55 @@
 """Words -> Job, for every kind of job, registered in one place: the first kind whose test matches the
 words builds the Job in its own folder (workloads/KIND/job.py); the HF model is the default.
 
-A new kind of job adds its builder here, its runner to engine.RUNNER_MODULES, and its best-config form
-to output/report.py.
+A new kind of job adds its row to KINDS (its words, its Job, its best-config form) and its runner module
+to engine.RUNNER_MODULES under the kind's name.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..config.job import MLP_KEYS, Job, parse_words
 from ..config.job_keys import MLP_MODEL
 from ..util.errors import JobError
+from .hf.best import best_config as hf_best
 from .hf.job import hf_job
+from .mlp.best import best_config as mlp_best
 from .mlp.job import mlp_job
+from .script.best import best_config as script_best
 from .script.job import script_job
 
 Builder = Callable[[str, dict[str, str], bool], Job]
 
-# (kind, does it take these words, its builder, keys that belong to it alone): first match wins.
-KINDS: tuple[tuple[str, Callable[[dict[str, str]], bool], Builder, tuple[str, ...]], ...] = (
-    ("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs")),
-    ("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS),
-    ("hf", lambda pairs: True, hf_job, ()),
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of job: how its words are recognised and built, how a built Job is recognised, its
+    runner (engine.RUNNER_MODULES' key, the spec's `runner`) and its best-config form."""
+
+    name: str
+    takes: Callable[[dict[str, str]], bool]  # do these words make this kind of job
+    build: Builder
+    own_keys: tuple[str, ...]  # keys that belong to it alone (refused on another kind)
+    is_kind: Callable[[Job], bool]
+    best: Callable[..., dict[str, Any]]  # (job, knobs, script=, vlm=, handover=, folder_path=) -> best_config.json
+
+
+# First match wins; the HF model is the default.
+KINDS: tuple[Kind, ...] = (
+    Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs"),
+         lambda job: bool(job.script), script_best),
+    Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best),
+    Kind("hf", lambda pairs: True, hf_job, (), lambda job: True, hf_best),
 )
 _WITH = {"script": "script=PATH; add script=your_training_script.py", "mlp": "model=mlp; add model=mlp or drop them"}
+
+
+def kind_of(job: Job) -> Kind:
+    """The kind a built Job is (its runner, its best-config form)."""
+    return next(kind for kind in KINDS if kind.is_kind(job))
 
 
 def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
@@ -35,12 +59,12 @@ def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
 
     pairs, modes = parse_words(expand(words))
     smoke = "smoke" in modes
-    for kind, takes, build, own_keys in KINDS:
-        if takes(pairs):
-            return build(run, pairs, smoke), modes
-        stray = [key for key in own_keys if key in pairs]
+    for kind in KINDS:
+        if kind.takes(pairs):
+            return kind.build(run, pairs, smoke), modes
+        stray = [key for key in kind.own_keys if key in pairs]
         if stray:
-            raise JobError(f"{', '.join(stray)} go with {_WITH[kind]}")
+            raise JobError(f"{', '.join(stray)} go with {_WITH[kind.name]}")
     raise AssertionError("the last kind takes every job")
 
 
