@@ -7,7 +7,6 @@ Runs on the driver and, imported by the slot actors in executors/ray.py, on ever
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import AutotuneError
+from ..util.io import lock, try_lock
 
 LABEL = "accelerator_type:"
 # Held by a slot for its lifetime inside its folder: a folder whose lock is free was left by a dead slot.
@@ -71,24 +71,12 @@ def slot_folder(base: Path) -> tuple[Path, int]:
             if _abandoned(folder):
                 shutil.rmtree(folder, ignore_errors=True)
     root = Path(tempfile.mkdtemp(prefix="slot-", dir=base))
-    lock = os.open(root / LOCK, os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    return root, lock
+    return root, lock(root / LOCK)
 
 
 def _abandoned(folder: Path) -> bool:
     """Whether a slot folder's lock is free: its slot is gone. A folder without a lock is being made."""
-    try:
-        lock = os.open(folder / LOCK, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    finally:
-        os.close(lock)
-    return True
+    return try_lock(folder / LOCK)
 
 
 def pack_paths(paths: dict[str, Path]) -> bytes:

@@ -12,7 +12,6 @@ inside the prefix, or any change to a schema file, changes a hash and everything
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -21,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from ..util.io import DiskError
+from ..util.io import DiskError, lock, truncate_durably
 from ..schemas import digest as schemas_digest
 
 SUFFIX = ".jsonl"
@@ -30,38 +29,23 @@ LOCK_FILE = ".store.lock"
 
 @contextmanager
 def locked(folder: Path, exclusive: bool) -> Iterator[None]:
-    # Opened per use, never kept: a forked child sharing the parent's descriptor would share its lock.
-    mode = (os.O_RDWR if exclusive else os.O_RDONLY) | os.O_CREAT | os.O_CLOEXEC
     try:
-        fd = os.open(folder / LOCK_FILE, mode, 0o600)
+        fd = lock(folder / LOCK_FILE, exclusive)
     except OSError:
         if exclusive or os.access(folder, os.W_OK):
             raise
         fd = None  # a read-only folder that nobody can append to: reading needs no lock
-    if fd is None:
-        yield
-        return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
     finally:
-        os.close(fd)  # closing the only descriptor of this open file releases the lock
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor of this open file releases the lock
 
 
 def cut(path: Path, size: int) -> None:
     """Take a table file back to `size` bytes: undoes this change's append to it."""
     try:
-        with open(path, "r+b") as handle:
-            handle.truncate(size)
-            os.fsync(handle.fileno())
+        truncate_durably(path, size)
     except OSError as error:
         raise DiskError(path, error, f"cutting it back to {size} bytes failed, so it may keep part of an "
                                      f"unfinished change; `autotune kb repair` removes a torn last line") from None

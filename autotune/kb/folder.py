@@ -6,7 +6,6 @@ exclusive file lock and land by atomic rename, so two tuners sharing a folder lo
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from contextlib import contextmanager
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..util.errors import RecordError
-from ..util.io import write_json_atomic
+from ..util.io import locked, write_json_atomic
 
 PEAKS_FILE = "device_peaks.json"
 
@@ -26,12 +25,8 @@ def kb_folder(job_kb: str = "") -> Path:
 @contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with os.fdopen(os.open(folder / ".lock", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with locked(folder / ".lock"):
+        yield
 
 
 def read_peak_cache(folder: Path) -> dict[str, Any]:

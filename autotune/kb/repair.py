@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..util.io import truncate_durably
 from .files import SUFFIX, locked
 
 
@@ -37,16 +37,14 @@ def repair(folder: Path | str, dry_run: bool = False) -> list[Repair]:
     done: list[Repair] = []
     with locked(folder, exclusive=not dry_run):
         for path in sorted(folder.glob(f"*{SUFFIX}")):
-            with open(path, "rb" if dry_run else "r+b") as handle:
+            with open(path, "rb") as handle:
                 data = handle.read()
                 if not data or data.endswith(b"\n"):
                     continue
                 keep = data.rfind(b"\n") + 1
                 tail = data[keep:]
-                if not dry_run:
-                    handle.truncate(keep)
-                    handle.flush()
-                    os.fsync(handle.fileno())
+            if not dry_run:
+                truncate_durably(path, keep)
             preview = tail[:60].decode("utf-8", "replace") + ("..." if len(tail) > 60 else "")
             done.append(Repair(path, data.count(b"\n", 0, keep) + 1, len(tail), repr(preview)))
         for temp in () if dry_run else folder.glob(".*.checked.json.*.tmp"):

@@ -45,9 +45,9 @@ from tinydb import TinyDB, where
 from tinydb.storages import Storage
 
 from ..util.errors import RecordError
-from ..util.io import DiskError, write_all
+from ..util.io import DiskError, fsync_dir, write_all
 from ..schemas import violation
-from .files import SUFFIX, checked_prefix, cut, fsync_dir, locked, marker_path, write_mark
+from .files import SUFFIX, checked_prefix, cut, locked, marker_path, write_mark
 from .repair import Repair, repair
 
 # table name -> schema file (without .json) in autotune/schemas/

@@ -7,7 +7,6 @@ second tuner, a `resume` or a `review` on a live run stops with one line naming 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import socket
@@ -18,7 +17,7 @@ from typing import Any, Iterator
 
 from ..util.errors import JobError, RecordError
 from ..config.inputs import check_run_name  # noqa: F401 - where runs/RUN/ names were checked before
-from ..util.io import append_line, write_json_atomic, write_text_atomic
+from ..util.io import LockHeld, append_line, lock, write_json_atomic, write_text_atomic
 from ..schemas import validate
 
 
@@ -82,19 +81,12 @@ class RunFolder:
 
     def _take_lock(self) -> int:
         self.make()
-        # O_CLOEXEC: a trial's child process must not inherit (and so keep holding) the run's lock.
-        fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = "".join(c for c in os.pread(fd, 512, 0).decode(errors="replace").strip() if c.isprintable())
-            os.close(fd)
-            raise JobError(f"RUN {self.path.name!r} is in use by {holder or 'another process'} "
+            fd = lock(self.path / LOCK_FILE, wait=False)
+        except LockHeld as held:
+            raise JobError(f"RUN {self.path.name!r} is in use by {held.holder or 'another process'} "
                            f"({self.path}); wait for it to end or stop it, then `autotune tune "
                            f"{self.path.name} resume` continues it") from None
-        except BaseException:
-            os.close(fd)
-            raise
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()} since "
                       f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode(), 0)

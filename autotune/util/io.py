@@ -1,17 +1,21 @@
-"""Files written so that a crash leaves either the old content or the new, never half of either.
+"""Files written so that a crash leaves either the old content or the new, never half of either, and
+the locks around them: the one module that fsyncs, renames over and flocks.
 
-Two ways: `write_json_atomic` (temp file, fsync, rename) for files rewritten whole, and
-`append_line` / `write_all` for append-only files (one line per record), where a failed write is
-taken back to the end of the previous line. Both raise DiskError, one line naming the file, when the
-disk refuses (full, read-only, I/O error).
+Two ways to write: `write_json_atomic` / `write_text_atomic` / `write_bytes_atomic` (temp file, fsync,
+rename) for files rewritten whole, and `append_line` / `write_all` for append-only files (one line per
+record), where a failed write is taken back to the end of the previous line (`truncate_durably`). They
+raise DiskError, one line naming the file, when the disk refuses (full, read-only, I/O error).
+`fsync_dir` makes a new name durable; `locked` / `lock` / `try_lock` are flock on a lock file.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from .errors import AutotuneError
 
@@ -90,3 +94,93 @@ def write_json_atomic(path: Path, data: dict[str, Any], indent: int | None = 1, 
     """`indent=None` for bulk data (token rows), where one value per line would multiply the size."""
     # A value JSON cannot hold fails here, before any file is touched.
     write_text_atomic(path, json.dumps(data, indent=indent), fix)
+
+
+def write_bytes_atomic(path: Path, chunks: Iterable[bytes]) -> list[int]:
+    """`chunks` back to back as the whole of `path`, or the old file: temp file, fsync, rename. Returns
+    the end offset of each chunk (where one ends in the file). OSError as raised: the caller words it."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    ends, total = [], 0
+    try:
+        with open(tmp, "wb") as handle:
+            for data in chunks:
+                handle.write(data)
+                total += len(data)
+                ends.append(total)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return ends
+
+
+def truncate_durably(path: Path, size: int) -> None:
+    """Cut `path` back to `size` bytes and fsync it (undoing a torn or unfinished append)."""
+    with open(path, "r+b") as handle:
+        handle.truncate(size)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make the names in `folder` durable (a new file, a rename): fsync the directory itself."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LockHeld(Exception):
+    """`lock(..., wait=False)` found the lock taken; `holder` is what its holder wrote in the file."""
+
+    def __init__(self, holder: str) -> None:
+        super().__init__(holder)
+        self.holder = holder
+
+
+def lock(path: Path, exclusive: bool = True, wait: bool = True) -> int:
+    """Open (creating, 0600) the lock file `path` and flock it; the descriptor holds the lock until it
+    is closed (os.close), also when the process dies, and O_CLOEXEC keeps a trial's child from
+    inheriting it. Opened per use, never kept across a fork: a child sharing the parent's descriptor
+    would share its lock. `wait=False`: LockHeld at once when another holds it."""
+    fd = os.open(path, (os.O_RDWR if exclusive else os.O_RDONLY) | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        holder = "".join(c for c in os.pread(fd, 512, 0).decode(errors="replace").strip() if c.isprintable())
+        os.close(fd)
+        raise LockHeld(holder) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def try_lock(path: Path) -> bool:
+    """Whether the lock file `path` is free (nobody holds it): taken and let go at once. False also when
+    there is no such file (its owner is still making it)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def locked(path: Path, exclusive: bool = True) -> Iterator[None]:
+    """Hold the flock of the lock file `path` for the block (exclusive, or shared for readers)."""
+    fd = lock(path, exclusive)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor of this open file releases the lock

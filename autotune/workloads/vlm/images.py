@@ -12,11 +12,11 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import random
 from pathlib import Path
 from typing import Any, Iterable
 
+from ...util.io import write_bytes_atomic
 from .vision import Vision
 
 # Sizes (width, height) of common image-text data, the smaller more frequent (COCO, VQA, charts,
@@ -154,18 +154,7 @@ def images_path(rows_path: Path) -> Path:
 
 def write_images(rows_path: Path, images: list[bytes]) -> list[int]:
     """All images, back to back, in one file beside the rows file (atomic); their end offsets."""
-    target = images_path(rows_path)
-    temporary = target.with_name(target.name + ".tmp")
-    ends, total = [], 0
-    with open(temporary, "wb") as handle:
-        for data in images:
-            handle.write(data)
-            total += len(data)
-            ends.append(total)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, target)
-    return ends
+    return write_bytes_atomic(images_path(rows_path), images)
 
 
 class ImageStore:
