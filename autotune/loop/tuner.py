@@ -27,7 +27,8 @@ from ..executors.base import Executor
 from ..config.job import Job
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
-from . import measuring, recording, trial_spec, verdict as decide
+from . import limits, measuring, recording, trial_spec, verdict as decide
+from .limits import frame_limit, silent_limit
 from ..probes import stats
 from .learn import Memory
 from .outcome import Incumbent, Outcome, kept_product
@@ -42,21 +43,6 @@ from .trial_spec import FRAME_TIMEOUT_S, StepBudget, runner_for
 
 # runner_for and StepBudget were defined here before trial_spec.py: bench/ and tests import them from here.
 __all__ = ["StepBudget", "Tuner", "frame_limit", "runner_for", "silent_limit"]
-
-
-def frame_limit(frame: dict[str, Any], name: str, value: Any) -> str | None:
-    """Why the frame says `name=value` cannot apply to this model (an MLP has no attention; a VLM may not
-    pack rows); None if it can. A limit without a value covers every value of the knob."""
-    for limit in frame.get("limits", ()):
-        if limit["knob"] == name and limit.get("value") in (None, value):
-            return limit["reason"]
-    return None
-
-
-def silent_limit(frame: dict[str, Any], name: str) -> bool:
-    """A knob that means nothing for this kind of model (a vision knob on a text model): its changes are
-    dropped without a note, as they would only crowd the report's list of skipped changes."""
-    return any(limit["knob"] == name and limit.get("silent") for limit in frame.get("limits", ()))
 
 
 class Tuner:
@@ -323,37 +309,8 @@ class Tuner:
 
     def _allowed(self, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
                  report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
-        """Only changes to knobs the user left to autotune (`only=`), and for a script, only those it
-        has a setting for. Knobs the user kept are dropped without a note, unless `report_only`."""
-        kept = []
-        for hypothesis in hypotheses:
-            held = next((k for k, _ in hypothesis.changes if self.job.only and k not in self.job.only), None)
-            if any(silent_limit(self.state.frame_facts, k) for k, _ in hypothesis.changes):
-                continue
-            if held:
-                if report_only:
-                    skipped.append((hypothesis.change, f"only={','.join(self.job.only)} keeps {held} as it is"))
-                continue
-            why = next((w for k, v in hypothesis.changes if (w := frame_limit(self.state.frame_facts, k, v))), None)
-            if why is None and self.script is not None:
-                kind = (self.state.frame_facts.get("device") or {}).get("kind")
-                why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v, kind))), None)
-            if why:
-                skipped.append((hypothesis.change, why))
-            else:
-                kept.append(hypothesis)
-        return kept, skipped
-
-    def _cannot_apply_here(self, hypothesis: Hypothesis, result: dict[str, Any]) -> None:
-        """A crash that no incumbent can fix (the device, the install) becomes a limit the ranking honours."""
-        from ..reasoner.cannot_apply import blamed, fixed_reason
-
-        why = fixed_reason(result.get("reason"), result.get("stderr_tail")) if result["state"] == "crash" else None
-        culprit = blamed(why, hypothesis.changes) if why else None
-        if culprit is not None:
-            knob, value = culprit
-            self.state.frame_facts.setdefault("limits", []).append(
-                {"knob": knob, "value": value, "reason": f"cannot apply here: {why}"})
+        """The hypotheses the user and the frame allow (limits.allowed), the others added to `skipped`."""
+        return limits.allowed(self, hypotheses, skipped, report_only)
 
     def run_trial(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent) -> Trial:
         """One change, measured and decided, written nowhere (`tell` writes it): screen on one run, then
@@ -382,7 +339,7 @@ class Tuner:
             return Trial(record, hypothesis, incumbent, knobs, [r["measurement"] for r in complete])
 
         if first["state"] != "complete":
-            self._cannot_apply_here(hypothesis, first)
+            limits.cannot_apply_here(self.state.frame_facts, hypothesis, first)
             return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
         parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.state.records)
