@@ -46,6 +46,9 @@ __all__ = ["StepBudget", "Tuner", "frame_limit", "runner_for", "silent_limit"]
 
 
 class Tuner:
+    """One tune of `job` in `root/RUN/`: collaborators here, every piece of mutable loop state in
+    `self.state` (LoopState), so a fork with another executor or state is the same loop (`fork`)."""
+
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
                  inject: dict[int, str] | None = None, fresh: bool = False) -> None:
         self.job, self.executor, self.display = job, executor, display
