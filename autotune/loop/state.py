@@ -167,7 +167,7 @@ class LoopState:
         wrong = violation("loop_state", data)
         if wrong:
             raise RecordError(f"{path}: the loop's state is {wrong}")  # a bug here, not the user's input
-        write_json_atomic(path, data, fix=f"free space and run `autotune tune {self.run} resume`")
+        write_json_atomic(path, data)
 
     @classmethod
     def load(cls, path: Path, start: Knobs) -> "LoopState":
