@@ -13,6 +13,7 @@ from autotune.cli.main import main
 from autotune.kb import Store, kb_folder
 from autotune.kb.experience import Experience
 from autotune.output.records import RunFolder
+from autotune.loop.state import LoopState
 from autotune.loop.tuner import Tuner
 
 FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5,
@@ -75,27 +76,31 @@ def test_a_run_killed_at_any_point_resumes_to_the_same_result_without_repeats(tm
     assert [r["run_id"] for r in experience.runs()].count(run_id) == 1
 
 
-def test_a_trial_the_knowledge_base_holds_but_the_folder_lost_is_restored_not_remeasured(tmp_path, monkeypatch):
+def test_a_trial_the_folder_holds_but_the_knowledge_base_lost_is_written_back_not_remeasured(tmp_path, monkeypatch):
+    # The run folder's record is written first (loop/journal.py): a kill before the knowledge base's
+    # copy leaves the trial in experiments.jsonl alone, and resume writes the copy from it.
     job = tiny_job("max_trials=4", run="r")
-    original = RunFolder.append_experiment
+    original = Experience.record_trial
 
-    def dies_on_trial_2(self, record):
+    def dies_on_trial_2(self, run_id, identity, features, incumbent, record, hypothesis=None):
         if record["trial"] == 2:
             raise KeyboardInterrupt("killed between the two writes")
-        original(self, record)
+        return original(self, run_id, identity, features, incumbent, record, hypothesis)
 
-    monkeypatch.setattr(RunFolder, "append_experiment", dies_on_trial_2)
+    monkeypatch.setattr(Experience, "record_trial", dies_on_trial_2)
     with pytest.raises(KeyboardInterrupt):
         Tuner(job, TableExecutor(FACTORS), tmp_path).run()
-    monkeypatch.setattr(RunFolder, "append_experiment", original)
-    lost = Experience(Store(kb_folder())).trials()[-1]
-    assert lost["trial"] == 2
+    monkeypatch.setattr(Experience, "record_trial", original)
+    kept = RunFolder(tmp_path, "r").read_experiments()[2]
+    assert Experience(Store(kb_folder())).trials()[-1]["trial"] == 1     # the knowledge base lacks trial 2
     again = Recording(FACTORS)
     Tuner(job, again, tmp_path).run(resume=True)
     records = RunFolder(tmp_path, "r").read_experiments()
-    assert [r["trial"] for r in records] == [0, 1, 2, 3, 4]
-    assert records[2]["knobs"] == lost["knobs"] and records[2]["decision"] == lost["decision"]
-    assert min(again.trials) == 3                                # trial 2 came back from the record
+    assert [r["trial"] for r in records] == [0, 1, 2, 3, 4] and records[2] == kept
+    assert min(again.trials) == 3                                # trial 2 came back from the folder
+    run_id = json.loads(RunFolder(tmp_path, "r").state.read_text())["run_id"]
+    written = [t for t in Experience(Store(kb_folder())).trials(run_id) if t["trial"] == 2]
+    assert len(written) == 1 and written[0]["knobs"] == kept["knobs"] and written[0]["decision"] == kept["decision"]
 
 
 def test_a_torn_last_line_is_the_interrupted_trial_and_is_redone(tmp_path):
@@ -161,16 +166,19 @@ def test_a_kill_between_the_trial_record_and_its_belief_update_loses_no_evidence
 def test_evidence_applied_before_the_kill_is_not_applied_again_on_resume(tmp_path, monkeypatch):
     finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), f"kb={tmp_path / 'ref-kb'}")
     job = tiny_job("max_trials=6", run="r")
-    original = RunFolder.append_experiment
+    original = LoopState.save
 
-    def dies_on_trial_2(self, record):
-        if record["trial"] == 2:
-            raise KeyboardInterrupt("killed after both knowledge-base writes")
-        original(self, record)
+    def dies_after_trial_2(self, path):
+        if self.trials_done == 2:
+            raise KeyboardInterrupt("killed after every write of trial 2 but the state's")
+        original(self, path)
 
-    monkeypatch.setattr(RunFolder, "append_experiment", dies_on_trial_2)
+    monkeypatch.setattr(LoopState, "save", dies_after_trial_2)
     with pytest.raises(KeyboardInterrupt):
         Tuner(job, TableExecutor(FACTORS), tmp_path).run()
-    monkeypatch.setattr(RunFolder, "append_experiment", original)
-    Tuner(job, TableExecutor(FACTORS), tmp_path).run(resume=True)
+    monkeypatch.setattr(LoopState, "save", original)
+    assert json.loads(RunFolder(tmp_path, "r").state.read_text())["trials_done"] == 1
+    again = Recording(FACTORS)
+    Tuner(job, again, tmp_path).run(resume=True)
+    assert min(again.trials) == 3                                  # trial 2 is taken in from the folder
     assert evidence_events(kb_folder()) == evidence_events(tmp_path / "ref-kb")

@@ -256,7 +256,7 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
     changes that fit alone (best scored first), else one combined change of the memory savers in
     FIT_ORDER that the job's `limits` allow (as tune's frame would), added until the estimate fits; then
     the rest by how much memory each saves, then by score."""
-    from .tuner import frame_limit
+    from .limits import frame_limit
 
     from ..reasoner.rank import Hypothesis
 
@@ -299,7 +299,7 @@ def advise(words: list[str]) -> dict[str, Any]:
     from ..kb import Store, kb_folder
     from ..kb.beliefs import Beliefs
     from ..reasoner import rank
-    from .tuner import frame_limit
+    from .limits import frame_limit
 
     opt_in = [w for w in words if w.startswith("allow_numerics_change=")]
     numerics = parse_flag("allow_numerics_change", opt_in[-1].partition("=")[2]) if opt_in else False

@@ -2,12 +2,14 @@
 
 Before: the beliefs rank hypotheses for this job's features; a trial already measured for this job on
 this device and software is replayed; a similar past run's best config warm-starts the loop.
-After: the trial goes into experience, its outcome becomes evidence (`reasoner.observe` proposes the
-updates, `Beliefs.apply` makes them), and at the end the run record goes in.
+After (`plan`, then `commit` once the run folder has the record): the trial goes into experience, its
+outcome becomes evidence (`reasoner.observe` proposes the updates, `Beliefs.apply` makes them), and at
+the end the run record goes in.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.job import Job
@@ -38,6 +40,23 @@ def trials_to_best(records: list[dict[str, Any]], share: float = BEST_SHARE) -> 
     if final <= 1.0:
         return 0
     return next(trial for trial, value in reached if value >= share * final)
+
+
+def _slim(event: dict[str, Any]) -> dict[str, Any]:
+    """A belief event as a run-folder record lists it."""
+    return {"op": event["op"], "claim": event["claim"], "children": event["children"], "reason": event["reason"]}
+
+
+@dataclass
+class Lesson:
+    """One trial's entry in the knowledge base, planned: the trial row and the belief updates."""
+
+    record: dict[str, Any]
+    incumbent: Knobs
+    features: dict[str, Any]
+    hypothesis: dict[str, Any] | None
+    updates: list[Any] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Memory:
@@ -95,16 +114,16 @@ class Memory:
                           p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source="warm_start")
 
     # -- after a trial --------------------------------------------------------------------------
-    def learn(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],
-              hypothesis: Hypothesis | None) -> list[dict[str, Any]]:
-        """Record the trial and apply what it says to the beliefs; returns the belief events."""
-        self.experience.record_trial(self.run_id, self.identity, features, incumbent, record,
-                                     hypothesis.to_dict() if hypothesis else None)
+    def plan(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],
+             hypothesis: Hypothesis | None) -> "Lesson":
+        """What the trial teaches, written nowhere yet: the journal puts its belief events in the run
+        folder's record first, then `commit` writes the knowledge base's copy (loop/journal.py)."""
+        lesson = Lesson(record, incumbent, features, hypothesis.to_dict() if hypothesis else None)
         outcome = outcome_of(record)
         # A combined warm start or pooled change says nothing about which of its parts did what.
         combined = hypothesis is not None and hypothesis.source in ("warm_start", "warm_check", "pooled", "model") and bool(hypothesis.also)
         if hypothesis is None or outcome is None or combined:
-            return []
+            return lesson
         experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
         # Read the beliefs again: another tuner sharing this folder may have changed them since.
         self.beliefs = Beliefs(self.store)
@@ -112,7 +131,27 @@ class Memory:
                                   changes=tuple((k, getattr(incumbent, k), v) for k, v in hypothesis.changes),
                                   features=features, ratio=record["ratio"], outcome=outcome,
                                   claims=hypothesis.claims, run=self.run_id)
-        return self._apply(observation)
+        lesson.updates = list(observe(self.beliefs.claims(active_only=False), observation))
+        _, events = self.beliefs.plan(lesson.updates, run=self.run_id)
+        lesson.events = [_slim(e) for e in events]
+        return lesson
+
+    def commit(self, lesson: "Lesson") -> None:
+        """The trial into experience, then its evidence into the beliefs (what `plan` said they take)."""
+        self.experience.record_trial(self.run_id, self.identity, lesson.features, lesson.incumbent, lesson.record,
+                                     lesson.hypothesis)
+        if lesson.updates:
+            self.beliefs.apply(lesson.updates, run=self.run_id)
+
+    def sync(self, record: dict[str, Any], incumbent: Knobs, profile: dict[str, Any]) -> None:
+        """The knowledge base's copy of a run-folder record, written now if a kill came between the two
+        writes (the folder's is first), and its evidence applied if the beliefs never took it."""
+        held = [t for t in self.experience.trials(self.run_id) if t["trial"] == record["trial"]]
+        if not held:
+            self.experience.record_trial(self.run_id, self.identity, self.features(incumbent, profile), incumbent,
+                                         record, record.get("hypothesis"))
+            held = [t for t in self.experience.trials(self.run_id) if t["trial"] == record["trial"]]
+        self.relearn(held[-1])
 
     def relearn(self, trial: dict[str, Any]) -> list[dict[str, Any]]:
         """Apply the evidence of a trial the knowledge base holds (`trials` record) if the beliefs never
@@ -138,7 +177,7 @@ class Memory:
 
     def _apply(self, observation: Observation) -> list[dict[str, Any]]:
         events = self.beliefs.apply(observe(self.beliefs.claims(active_only=False), observation), run=self.run_id)
-        return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
+        return [_slim(e) for e in events]
 
     def adopt(self, claims: list[Claim], why: str) -> list[dict[str, Any]]:
         """New claims someone proposed (the LLM): written with the confidence they were given."""
@@ -147,7 +186,7 @@ class Memory:
         self.beliefs = Beliefs(self.store)
         events = self.beliefs.apply([Update("create", c.id, why, children=(c,), run=self.run_id) for c in claims],
                                     run=self.run_id)
-        return [{"op": e["op"], "claim": e["claim"], "children": e["children"], "reason": e["reason"]} for e in events]
+        return [_slim(e) for e in events]
 
     def finish(self, records: list[dict[str, Any]], best_knobs: Knobs, best_trial: int, speedup: float,
                baseline_speed: float, stop_reason: str) -> None:

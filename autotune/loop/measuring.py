@@ -1,8 +1,8 @@
 """Measuring for the loop: one run of a config in a fresh child process, and the interleaved
 (candidate, incumbent) pairs added to a comparison that the first two pairs leave undecided.
 
-Plain functions on the tuner, whose counters (runs, slowest and typical wall times, whether the
-time budget is spent, where the latest run ran) they update.
+Plain functions on the tuner, whose state's counters (runs, slowest and typical wall times, whether
+the time budget is spent, where the latest run ran: loop/state.py) they update.
 """
 
 from __future__ import annotations
@@ -18,27 +18,28 @@ from ..reasoner import Hypothesis
 
 def measure(tuner: Any, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
     """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`)."""
-    tuner.runs += 1
+    state = tuner.state
+    state.runs += 1
     if tuner.display:
         tuner.display.running(trial, label)
-    timeout, by_budget = trial_spec.timeout(tuner.job, tuner.started, tuner.slowest_s)
-    trial_dir = tuner.folder.trial_dir(f"{trial:03d}-{tuner.runs:03d}")
+    timeout, by_budget = trial_spec.timeout(tuner.job, state.started, state.slowest_s)
+    trial_dir = tuner.folder.trial_dir(f"{trial:03d}-{state.runs:03d}")
     result = tuner.executor.run(trial_spec.spec(tuner, "trial", knobs, trial, ceiling, workdir=trial_dir / "work"),
                                 trial_dir, timeout)
     if result["state"] == "invalid" and result.get("remeasure"):
         # The GPU slowed itself (thermal, power brake): that window measured the cooling. Once more.
-        again = tuner.folder.trial_dir(f"{trial:03d}-{tuner.runs:03d}-again")
+        again = tuner.folder.trial_dir(f"{trial:03d}-{state.runs:03d}-again")
         result = tuner.executor.run(trial_spec.spec(tuner, "trial", knobs, trial, ceiling, workdir=again / "work"),
                                     again, timeout)
-    tuner.placement = result.get("placement", tuner.placement)
+    state.placement = result.get("placement", state.placement)
     if result["state"] == "complete" and result.get("placement"):
         result["measurement"]["placement"] = result["placement"]  # which card: comparisons stay on one
     if result["state"] == "timeout" and by_budget:
         result["reason"] = f"stopped at the end of the time budget ({tuner.job.time_budget_s}s)"
-        tuner.budget_spent = True
+        state.budget_spent = True
     if result["state"] == "complete":
-        tuner.slowest_s = max(tuner.slowest_s, result["wall_s"])
-        tuner.walls.append(result["wall_s"])
+        state.slowest_s = max(state.slowest_s, result["wall_s"])
+        state.walls.append(result["wall_s"])
     return result
 
 
@@ -52,12 +53,12 @@ def more_pairs(tuner: Any, trial: int, hypothesis: Hypothesis, incumbent: Incumb
     bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules)."""
     steps = tuner.steps
     added = 0
-    extra = decide.most_pairs(steps, tuner.records) - 2  # set from earlier trials, before this one's runs
+    extra = decide.most_pairs(steps, tuner.state.records) - 2  # set from earlier trials, before this one's runs
     # With a time budget, extra pairs take at most a quarter of the time left: room for four times
     # the extra runs so far and the next pair (one trial must not spend what the others need).
     while verdict.verdict == "no difference" and added < extra \
             and tuner._room_for(8 * (added + 1)):
-        if not decide.could_close(steps, tuner.records, verdict, fresh, results, extra - added):
+        if not decide.could_close(steps, tuner.state.records, verdict, fresh, results, extra - added):
             break  # even the most pairs allowed would leave the interval inside the floor
         added += 1
         total = 2 + added
@@ -79,5 +80,5 @@ def interleaved(tuner: Any, incumbent_runs: list[dict[str, Any]], candidate_runs
                 floor: float) -> stats.Comparison:
     """`verdict.interleaved` on the tuner's records, its last look when the budget has no room for
     another pair."""
-    return decide.interleaved(tuner.steps, tuner.records, incumbent_runs, candidate_runs, tuner.job.effective_batch,
+    return decide.interleaved(tuner.steps, tuner.state.records, incumbent_runs, candidate_runs, tuner.job.effective_batch,
                               floor, last=not tuner._room_for(8 * (len(candidate_runs) - 1)))

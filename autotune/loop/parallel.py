@@ -1,10 +1,11 @@
 """Independent trials at once on several GPUs, recorded exactly as a serial run would record them.
 
 With k GPU slots free, the top k hypotheses of the serial ranking are tried speculatively against the
-current incumbent, each on its own slot: a shadow of the tuner runs the normal `_try` logic (screen,
-then interleaved candidate/incumbent pairs) with an executor that keeps what every run returned (the
-tape), and writes nothing. The driver then commits trials strictly in order: the next trial is the
-serial ranking's first hypothesis, and it is decided by the normal `_try` against a replay of its tape.
+current incumbent, each on its own slot: a fork of the tuner with its own LoopState runs the normal
+`run_trial` (screen, then interleaved candidate/incumbent pairs) with an executor that keeps what every
+run returned (the tape), and is never told the trial, so it writes nothing. The driver then commits
+trials strictly in order: the next trial is the serial ranking's first hypothesis, decided by the normal
+`run_trial` against a replay of its tape and written by the tuner's `tell`, as a serial run does.
 When the committed state differs from the speculated one (a kept change moved the incumbent, or an
 earlier commit changed what the screen sees), the replay finds a run it does not hold and measures it
 then, on the tape's slot, so every run of one trial, and so every keep decision's interleaved pairs,
@@ -108,23 +109,18 @@ class ParallelTrials:
 
     # -- speculation ---------------------------------------------------------------------------
     def _shadow(self, tape: Tape) -> Any:
-        """A copy of the tuner that measures on the tape's slot and writes no record, belief or state."""
-        shadow = copy.copy(self.tuner)
-        shadow.executor, shadow.display = _Recording(tape), None
-        shadow.measured, shadow.walls, shadow.blocked = set(self.tuner.measured), list(self.tuner.walls), {}
-        shadow.folder = _Folder(self.tuner.folder, tape.folder)
-        shadow._conclude = lambda record, hypothesis, incumbent, knobs, measurements: incumbent
-        return shadow
+        """A fork of the tuner that measures on the tape's slot, with its own state (LoopState.fork); it
+        is never told its trial, so it writes no record, belief or state."""
+        return self.tuner.fork(_Recording(tape), _Folder(self.tuner.folder, tape.folder), self.tuner.state.fork())
 
-    def _speculate(self, trial: int, hypothesis: Hypothesis, incumbent: Any, slot: Any, base: dict[str, Any],
-                   floor: float) -> None:
+    def _speculate(self, trial: int, hypothesis: Hypothesis, incumbent: Any, slot: Any) -> None:
         folder = self.speculative / f"{trial:03d}-{len(self.tapes) + self.runs['thrown_away']:03d}-{slot.where['gpu']}"
         tape = Tape(trial, hypothesis, key(incumbent.knobs), slot, folder)
         shadow, own = self._shadow(tape), copy.deepcopy(incumbent)
 
         def work() -> None:
             try:
-                shadow._try(trial, hypothesis, own, base, floor)
+                shadow.run_trial(trial, hypothesis, own)
             except Exception:  # noqa: BLE001 - the commit runs the trial again in the open and raises there
                 pass
             finally:
@@ -148,8 +144,7 @@ class ParallelTrials:
             self.runs["thrown_away"] += len(tape.runs)
             shutil.rmtree(tape.folder, ignore_errors=True)
 
-    def _fill(self, trial: int, hypotheses: list[Hypothesis], incumbent: Any, base: dict[str, Any],
-              floor: float) -> None:
+    def _fill(self, trial: int, hypotheses: list[Hypothesis], incumbent: Any) -> None:
         """The top hypotheses on free slots, each as the trial it would be in a serial run if the ones
         before it are discarded; none past `max_trials`, where a serial run stops."""
         last = self.tuner.job.max_trials or trial + len(hypotheses)
@@ -158,23 +153,25 @@ class ParallelTrials:
             if not free or trial + offset > last:
                 return
             if self._find(hypothesis, incumbent) is None:
-                self._speculate(trial + offset, hypothesis, incumbent, free[0], base, floor)
+                self._speculate(trial + offset, hypothesis, incumbent, free[0])
 
     # -- commit --------------------------------------------------------------------------------
-    def attempt(self, trial: int, hypotheses: list[Hypothesis], incumbent: Any, base: dict[str, Any],
-                floor: float) -> Any:
-        """Trial `trial` as a serial run would do it, from its tape; returns the incumbent after it."""
+    def attempt(self, trial: int, hypotheses: list[Hypothesis]) -> Any:
+        """Trial `trial` as a serial run would do it, from its tape, told to the tuner; returns the
+        incumbent after it."""
+        tuner = self.tuner
+        incumbent = tuner.state.incumbent
         for tape in list(self.tapes):
-            if tape.incumbent != key(incumbent.knobs) or key(tape.hypothesis.apply(incumbent.knobs)) in self.tuner.measured:
+            if tape.incumbent != key(incumbent.knobs) or key(tape.hypothesis.apply(incumbent.knobs)) in tuner.state.measured:
                 self._drop(tape)
         self._collect()
         waited = time.monotonic()
         while (tape := self._find(hypotheses[0], incumbent)) is None:
-            self._fill(trial, hypotheses, incumbent, base, floor)
+            self._fill(trial, hypotheses, incumbent)
             if self._find(hypotheses[0], incumbent) is None:
                 if not self.executor.slots():
                     # Every slot is lost: the trial runs through the executor, which says so as a crash.
-                    return self.tuner._try(trial, hypotheses[0], incumbent, base, floor)
+                    return tuner.tell(tuner.run_trial(trial, hypotheses[0], incumbent))
                 time.sleep(0.05)  # every slot is busy with later hypotheses; the first to finish takes this one
                 self._collect()
         # Nothing new starts before this commit: if it keeps its change, work begun now would be for the
@@ -182,11 +179,8 @@ class ParallelTrials:
         tape.done.wait()
         self.waited_s += time.monotonic() - waited
         replay = _Replay(tape, self.executor)
-        self.tuner.executor = replay
-        try:
-            incumbent = self.tuner._try(trial, hypotheses[0], incumbent, base, floor)
-        finally:
-            self.tuner.executor = self.executor
+        # The tuner itself (its state, folder and display) with the replay as its executor.
+        incumbent = tuner.tell(tuner.fork(replay).run_trial(trial, hypotheses[0], incumbent))
         self.waited_s += replay.live_s
         self.device_s += replay.device_s
         self.runs["replayed"] += replay.position

@@ -1,17 +1,18 @@
 """`resume` and `review`: a stopped or killed run continues from its folder; a finished one is reported again.
 
-Resume rebuilds the loop's state from `runs/RUN/`: the baseline and every recorded trial (none is
-repeated), the incumbent they led to, the changes already measured and those that did not fit. A trial
-the knowledge base holds but the run folder does not (the tuner was killed between the two writes) is
-written back to the folder from the knowledge base, not measured again; a trial that was running when
-the tuner died has no record anywhere and is redone. A torn last line of experiments.jsonl (a kill in
-mid-write) is removed first: it is that interrupted trial.
+Resume reads two files of `runs/RUN/`: state.json (the LoopState saved after each trial) and
+experiments.jsonl (the journal of every trial, none repeated); records the state does not cover (a
+kill between a trial's record and the state's write, or a state file from before the state was
+explicit) are taken in by `LoopState.catch_up`, the one place a record moves the state on. The run
+folder's record is written before the knowledge base's (loop/journal.py): a kill between the two is
+mended from the folder, the trial not measured again; a trial that was running when the tuner died
+has no record anywhere and is redone. A torn last line of experiments.jsonl (a kill in mid-write) is
+removed first: it is that interrupted trial.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,8 @@ from ..util.errors import JobError, RecordError
 from ..config.inputs import read_json
 from ..config.job import Job
 from ..config.knobs import Knobs
-from ..reasoner import key
 from ..output.records import RunFolder
+from .state import LoopState
 
 
 # A hand edit or a failing disk left a file of the run folder unreadable: what to do instead.
@@ -56,82 +57,59 @@ def _drop_torn_tail(path: Path) -> None:
             os.fsync(handle.fileno())
 
 
-def record_from_kb(trial: dict[str, Any]) -> dict[str, Any]:
-    """The run-folder record of a trial the knowledge base holds."""
-    from .outcome import summarize
-
-    measurements = trial.get("measurements") or []
-    return {
-        "run": trial["run"], "trial": trial["trial"], "change": trial["change"], "knobs": trial["knobs"],
-        "state": trial["state"], "decision": trial["decision"], "reason": trial["reason"],
-        "measurements": measurements, **summarize(measurements),
-        "ratio": trial.get("ratio"), "interval": trial.get("interval"), "confidence": trial.get("confidence"),
-        "incumbent_samples_per_s": trial.get("incumbent_samples_per_s"), "noise_floor": trial.get("noise_floor"),
-        "parity": trial.get("parity"), "ceiling": measurements[0].get("ceiling") if measurements else None,
-        "stderr_tail": None, "wall_s": trial.get("wall_s") or 0.0, "hypothesis": trial.get("hypothesis"),
-        "beliefs": [], "replayed_from": trial.get("replayed_from"),
-    }
-
-
-def restore(tuner: Any) -> tuple[dict[str, Any], Any, dict[str, Any], float, int]:
-    """(frame, incumbent, baseline measurement, noise floor, last trial) of a run to continue."""
-    from .outcome import Incumbent
-
-    folder = tuner.folder
-    state = stored(folder.state, tuner.job.run) if folder.state.exists() else {}
-    if state.get("stop_reason"):
-        raise JobError(f"RUN {tuner.job.run!r} finished ({state['stop_reason']}); nothing to resume. "
-                       f"`autotune tune {tuner.job.run} review` writes its report again")
-    if state.get("run_id"):
-        tuner.memory.run_id = state["run_id"]
-    tuner.started = time.monotonic() - float(state.get("elapsed_s", 0))
+def restore(tuner: Any) -> None:
+    """Make `tuner.state` the state of a run to continue: state.json (LoopState.load), caught up with
+    the records of experiments.jsonl it does not cover, and the frame the loop ranks on."""
+    folder, job = tuner.folder, tuner.job
+    state = (LoopState.load(folder.state, job.start) if folder.state.exists()
+             else LoopState.new(job.run, tuner.memory.run_id, job.start))
+    if state.stop_reason:
+        raise JobError(f"RUN {job.run!r} finished ({state.stop_reason}); nothing to resume. "
+                       f"`autotune tune {job.run} review` writes its report again")
+    # The knowledge base knows this run by the id it started with, across resumes.
+    tuner.memory.run_id = state.run_id = state.run_id or tuner.memory.run_id
+    tuner.state = state
     _drop_torn_tail(folder.experiments)
     records = folder.read_experiments()
-    done = {r["trial"] for r in records}
-    for orphan in sorted(tuner.memory.experience.trials(tuner.memory.run_id), key=lambda t: t["trial"]):
-        if orphan["trial"] not in done:
-            record = record_from_kb(orphan)
-            # Killed after the trial's record, before the beliefs took its evidence: applied now, once.
-            record["beliefs"] = tuner.memory.relearn(orphan)
-            folder.append_experiment(record)
-            records.append(record)
-            done.add(orphan["trial"])
-    tuner.records = records
     if tuner.display:
         for record in records:  # the trials so far, and the best so far for the live line
             tuner.display.finished(record)
     if not records:  # killed before the baseline finished: start the measuring over
-        frame, incumbent, base, floor = tuner.begin()
-        return frame, incumbent, base, floor, 0
+        state.records = []
+        tuner.begin()
+        return
     baseline = records[0]
     if baseline["decision"] != "baseline" or baseline["state"] not in ("complete", "replayed"):
-        raise JobError(f"RUN {tuner.job.run!r}: its baseline did not run ({baseline['state']}); start a new RUN")
-    frame_path = folder.frame
-    frame = stored(frame_path, tuner.job.run) if frame_path.exists() else None
-    if frame is None or (tuner.script is None and not folder.rows.exists()):
+        raise JobError(f"RUN {job.run!r}: its baseline did not run ({baseline['state']}); start a new RUN")
+    _frame(tuner, state.frame_facts if state.covered else None, baseline["measurements"][0])
+    if state.covered >= len(records):
+        state.catch_up(records, job.start)  # the state was saved after the last record was written whole
+        return
+    # Killed between the last record and the state's write (or a state file from before it held the
+    # loop): the knowledge base may lack that record, or its evidence. Records before it were complete.
+    state.catch_up(records[:-1], job.start)
+    before = state.incumbent
+    state.catch_up(records, job.start)
+    if len(records) == 1:
+        before = state.incumbent  # the baseline learns on its own config, as measured
+    tuner.memory.sync(records[-1], before.knobs, before.profile)
+
+
+def _frame(tuner: Any, saved: dict[str, Any] | None, base: dict[str, Any]) -> None:
+    """The completed frame: the state's (with the limits found since), else frame.json completed again
+    with the baseline; measured again when the shared inputs the trials read are gone."""
+    folder = tuner.folder
+    inputs = tuner.script is not None or folder.rows.exists()
+    if saved and inputs:
+        tuner.state.frame_facts = saved
+        tuner.memory.start(saved)
+        return
+    frame = stored(folder.frame, tuner.job.run) if folder.frame.exists() else None
+    if frame is None or not inputs:
         frame = tuner.frame()
-    tuner.peaks = frame["device"]["peaks"]
+    tuner.state.peaks = frame["device"]["peaks"]
     tuner.memory.start(frame)
-    base = baseline["measurements"][0]
-    frame = tuner.complete_frame({k: v for k, v in frame.items() if k != "schema_version"}, base)
-    incumbent = Incumbent(tuner.job.start, [], 0)
-    for measurement in baseline["measurements"]:
-        incumbent.add(measurement, baseline.get("placement"))
-    tuner.measured.add(key(tuner.job.start))
-    for record in records[1:]:
-        knobs = Knobs.from_dict(record["knobs"])
-        tuner.measured.add(key(knobs))
-        if (record.get("replayed_state") or record["state"]) == "oom":
-            tuner.blocked.setdefault(key(incumbent.knobs), set()).add(record["change"])
-        if record["state"] == "complete" and record["measurements"]:
-            tuner.walls.append(record["wall_s"] / max(1, len(record["measurements"])))
-            tuner.slowest_s = max(tuner.slowest_s, tuner.walls[-1])
-        if record["decision"] == "keep":
-            kept = Incumbent(knobs, [], record["trial"], profile=dict(incumbent.profile))
-            for measurement in record["measurements"]:
-                kept.add(measurement, record.get("placement"))
-            incumbent = kept
-    return frame, incumbent, base, float(baseline["noise_floor"] or 0.0), records[-1]["trial"]
+    tuner.complete_frame({k: v for k, v in frame.items() if k != "schema_version"}, base)
 
 
 def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any], Job]:
@@ -150,7 +128,7 @@ def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, An
     records = folder.read_experiments()
     if not records or not folder.frame.exists():
         raise JobError(f"RUN {run!r}: no measured trial yet; nothing to review (`resume` continues it)")
-    state = stored(folder.state, run) if folder.state.exists() else {}
+    state = LoopState.load(folder.state, job.start) if folder.state.exists() else None
     kept = [r for r in records if r["decision"] == "keep"]
     best_record = kept[-1] if kept else records[0]
     best = Incumbent(Knobs.from_dict(best_record["knobs"]), [m["samples_per_s"] for m in best_record["measurements"]],
@@ -158,10 +136,10 @@ def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, An
     outcome = Outcome(frame=stored(folder.frame, run),
                       baseline={"samples_per_s": records[0]["samples_per_s"],
                                 "measurement": records[0]["measurements"][0] if records[0]["measurements"] else {}},
-                      best=best, records=records, skipped=[tuple(s) for s in state.get("skipped", [])],
+                      best=best, records=records, skipped=list(state.skipped) if state else [],
                       noise_floor=records[0].get("noise_floor") or 0.0,
-                      stop_reason=state.get("stop_reason", "not finished (reviewed while stopped)"),
-                      wall_s=float(state.get("elapsed_s", 0)), folder=folder.path,
+                      stop_reason=(state and state.stop_reason) or "not finished (reviewed while stopped)",
+                      wall_s=round(state.elapsed_s, 1) if state else 0.0, folder=folder.path,
                       best_measurement=best_record["measurements"][-1] if best_record["measurements"] else None)
     write_results_tsv(folder, records)
     config = write_best_config(folder, job, best.knobs, script)

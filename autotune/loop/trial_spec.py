@@ -72,7 +72,7 @@ def spec(tuner: Any, kind: str, knobs: Knobs, trial: int, ceiling: bool = False,
         "rows_needed": rows_needed(tuner.job.effective_batch, tuner.steps.measure_steps),
         "measure_steps": tuner.steps.measure_steps, "warmup_max": tuner.steps.warmup_max,
         "ceiling": ceiling, "inject_fault": tuner.inject.get(trial) if kind == "trial" else None,
-        "peaks": tuner.peaks, "profile_steps": PROFILE_STEPS, **extra,
+        "peaks": tuner.state.peaks, "profile_steps": PROFILE_STEPS, **extra,
     }
 
 
@@ -90,7 +90,7 @@ def script_spec(tuner: Any, kind: str, knobs: Knobs, trial: int) -> dict[str, An
                    "exclude": [str(tuner.folder.path.parent.resolve())], "listing": script.listing()},
         "flags": flags, "measure_steps": tuner.steps.measure_steps, "warmup_max": tuner.steps.warmup_max,
         "ceiling": False, "inject_fault": tuner.inject.get(trial) if kind == "trial" else None,
-        "peaks": tuner.peaks, "profile_steps": 0,
+        "peaks": tuner.state.peaks, "profile_steps": 0,
     }
 
 

@@ -5,13 +5,20 @@ processes (one screening run, then pairs, more while undecided and more could de
 its share of the false-keep rate: autotune/loop/keep_rule.py over probes/sequential.py), its per-row losses
 match the baseline's (parity), and, when it moved a memory knob, its worst-case batch fits the device.
 Specs and timeouts: trial_spec.py; runs and extra pairs: measuring.py; decisions on runs: verdict.py;
-records, state and what is learned: recording.py. The Tuner keeps the loop and its state.
+a trial's record: recording.py; writing it (run folder, knowledge base, trackers): journal.py.
+
+The Tuner holds collaborators only (job, executor, run folder, memory, display, trackers, LLM, script)
+and keeps every piece of mutable loop state in `self.state`, a LoopState (state.py) saved to
+state.json after each trial. The loop is ask / tell: `ask` ranks what to try next (or says why to
+stop), `run_trial` measures one change and decides it without writing anything, `tell` journals the
+trial and moves the state on. The serial loop is `tell(run_trial(...))`; the parallel driver
+(parallel.py) runs `run_trial` speculatively on forks (`fork`) and tells only the committed trial.
 """
 
 from __future__ import annotations
 
+import copy
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +27,8 @@ from ..executors.base import Executor
 from ..config.job import Job
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
-from . import measuring, recording, trial_spec, verdict as decide
+from . import limits, measuring, recording, trial_spec, verdict as decide
+from .limits import frame_limit, silent_limit
 from ..probes import stats
 from .learn import Memory
 from .outcome import Incumbent, Outcome, kept_product
@@ -28,49 +36,29 @@ from .decide import next_hypotheses, warm_check
 from ..reasoner import Hypothesis, key, rank
 from ..output.records import RunFolder
 from ..util.io import write_json_atomic
+from . import journal
+from .recording import Trial
+from .state import LoopState
 from .trial_spec import FRAME_TIMEOUT_S, StepBudget, runner_for
 
 # runner_for and StepBudget were defined here before trial_spec.py: bench/ and tests import them from here.
 __all__ = ["StepBudget", "Tuner", "frame_limit", "runner_for", "silent_limit"]
 
 
-def frame_limit(frame: dict[str, Any], name: str, value: Any) -> str | None:
-    """Why the frame says `name=value` cannot apply to this model (an MLP has no attention; a VLM may not
-    pack rows); None if it can. A limit without a value covers every value of the knob."""
-    for limit in frame.get("limits", ()):
-        if limit["knob"] == name and limit.get("value") in (None, value):
-            return limit["reason"]
-    return None
-
-
-def silent_limit(frame: dict[str, Any], name: str) -> bool:
-    """A knob that means nothing for this kind of model (a vision knob on a text model): its changes are
-    dropped without a note, as they would only crowd the report's list of skipped changes."""
-    return any(limit["knob"] == name and limit.get("silent") for limit in frame.get("limits", ()))
-
-
 class Tuner:
+    """One tune of `job` in `root/RUN/`: collaborators here, every piece of mutable loop state in
+    `self.state` (LoopState), so a fork with another executor or state is the same loop (`fork`)."""
+
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
                  inject: dict[int, str] | None = None, fresh: bool = False) -> None:
         self.job, self.executor, self.display = job, executor, display
         self.folder = RunFolder(root, job.run)
         self.kb = kb_folder(job.kb)
-        self.peaks: dict[str, Any] = {}
         self.steps = StepBudget.for_job(job)
         self.inject = inject or {}
-        self.records: list[dict[str, Any]] = []
-        self.measured: set[tuple] = set()
-        self.slowest_s = 0.0
-        self.walls: list[float] = []
-        self.budget_spent = False
-        self.started = time.monotonic()
-        self.runs = 0
         self.memory = Memory(job, fresh)
-        # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
-        self.blocked: dict[tuple, set[str]] = {}
-        self.frame_facts: dict[str, Any] = {}
-        self.placement: dict[str, Any] | None = None  # the node and GPU of the latest run, where an executor says
-        self.parallel: Any = None
+        self.state = LoopState.new(job.run, self.memory.run_id, job.start)  # a resume loads it instead
+        self.parallel: Any = None  # the driver of trials at once, for an executor with several GPUs
         from ..output.tracking import trackers_for
 
         self.trackers = trackers_for(job)  # observers of each appended record and of the end (tracking.py)
@@ -88,6 +76,23 @@ class Tuner:
             self.script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args),
                                                    self.cwd, job.max_len, job.effective_batch, job.script_knobs)
 
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The trials so far, baseline first (the state's; trackers and bench/ read them here)."""
+        return self.state.records
+
+    def fork(self, executor: Executor, folder: Any = None, state: LoopState | None = None) -> "Tuner":
+        """This tuner measuring through `executor` (and into `folder`), with `state` (default: this
+        tuner's own, shared): the parallel driver's speculations (their own state, no display) and its
+        commits (a replay of a speculation's runs)."""
+        twin = copy.copy(self)
+        twin.executor = executor
+        twin.folder = self.folder if folder is None else folder
+        twin.state = self.state if state is None else state
+        if state is not None:
+            twin.display = None  # a speculation shows nothing: the commit shows the trial
+        return twin
+
     # -- running one measurement -------------------------------------------------------------
     def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
         """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`)."""
@@ -95,7 +100,8 @@ class Tuner:
 
     def _room_for(self, runs: int) -> bool:
         """Whether `runs` more measurements fit in the time budget (trial_spec.room_for)."""
-        return trial_spec.room_for(self.job, self.started, self.walls, self.budget_spent, runs)
+        state = self.state
+        return trial_spec.room_for(self.job, state.started, state.walls, state.budget_spent, runs)
 
     # -- phases -----------------------------------------------------------------------------
     def frame(self) -> dict[str, Any]:
@@ -106,7 +112,7 @@ class Tuner:
         if result["state"] != "complete":
             raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
         remember_peaks(self.kb, result["frame"]["device"]["peaks"])
-        self.peaks = result["frame"]["device"]["peaks"]
+        self.state.peaks = result["frame"]["device"]["peaks"]
         self.memory.start(result["frame"])
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
         return result["frame"]
@@ -135,12 +141,9 @@ class Tuner:
             failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
             record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
             record["stderr_tail"] = failed.get("stderr_tail")
-            recording.append(self, record)
+            journal.write(self, record)
             raise AutotuneError(f"the baseline config did not run: {failed['state']}: {failed['reason']}")
-        recording.learn(self, record, self.job.start, None, incumbent.profile)
-        recording.append(self, record)
-        self.measured.add(key(self.job.start))
-        return incumbent, complete[0]["measurement"], floor
+        return self._baseline_done(record, incumbent, floor)
 
     def _replayed_baseline(self, past: dict[str, Any]) -> tuple[Incumbent, dict[str, Any], float]:
         incumbent = Incumbent(self.job.start, [], 0)
@@ -149,20 +152,24 @@ class Tuner:
         floor = stats.noise_floor(incumbent.runs)
         if past.get("wall_s"):
             # A trial's timeout follows the slowest measurement so far; the record says how long they took.
-            self.slowest_s = past["wall_s"] / max(1, len(past["measurements"]))
+            self.state.slowest_s = past["wall_s"] / max(1, len(past["measurements"]))
         record = recording.record(self, 0, None, self.job.start, "replayed", "baseline",
                                   f"replayed from {past['experiment']} (same job, device and software; say `fresh` "
                                   f"to measure again); A/A noise floor {floor:.2%}", past["measurements"], wall=0.0)
         record.update(noise_floor=floor, replayed_from=past["experiment"])
-        recording.learn(self, record, self.job.start, None, incumbent.profile)
-        recording.append(self, record)
-        self.measured.add(key(self.job.start))
-        return incumbent, past["measurements"][0], floor
+        return self._baseline_done(record, incumbent, floor)
+
+    def _baseline_done(self, record: dict[str, Any], incumbent: Incumbent,
+                       floor: float) -> tuple[Incumbent, dict[str, Any], float]:
+        journal.write(self, record, self.job.start, None, incumbent.profile)
+        self.state.measured.add(key(self.job.start))
+        self.state.incumbent, self.state.noise_floor = incumbent, floor
+        return incumbent, record["measurements"][0], floor
 
     def _budget_left(self, trials_done: int) -> str | None:
         if self.job.max_trials is not None and trials_done >= self.job.max_trials:
             return f"max_trials={self.job.max_trials} reached"
-        if self.budget_spent:
+        if self.state.budget_spent:
             return f"time budget of {self.job.time_budget_s}s spent"
         if not self._room_for(1):
             return f"time budget of {self.job.time_budget_s}s would be exceeded by another trial"
@@ -185,7 +192,7 @@ class Tuner:
             # A script's model and data are seen only when it runs: the baseline's hooks read them.
             frame.update(model=base_measurement.get("model") or {}, data=base_measurement.get("data") or {})
         self.memory.start(frame)
-        self.frame_facts = frame
+        self.state.frame_facts = frame
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         return frame
 
@@ -201,63 +208,82 @@ class Tuner:
         if resume:
             from .resume import restore
 
-            frame, incumbent, base_measurement, floor, trial = restore(self)
+            restore(self)  # self.state: the saved state, caught up with the run folder's records
         else:
             self.folder.create(self.job.to_dict())
-            recording.save_state(self, 0, Incumbent(self.job.start, [], 0), 0.0)  # the run id is on disk from the start
-            frame, incumbent, base_measurement, floor = self.begin()
-            trial = 0
+            self.state.save(self.folder.state)  # the run id is on disk from the start
+            self.begin()
+            self.state.save(self.folder.state)
+        state = self.state
         if hasattr(self.executor, "slots"):
             from .parallel import ParallelTrials  # an executor with several GPUs: independent trials at once
 
             self.parallel = ParallelTrials(self)
-        baseline_speed = self.records[0]["samples_per_s"]
+        baseline_speed = state.records[0]["samples_per_s"]
         stop_reason, skipped = "every applicable change was tried", []
         while True:
-            features = self.memory.features(incumbent.knobs, incumbent.profile)
-            hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, self.measured,
-                                       self.memory.claims, features, self.blocked.get(key(incumbent.knobs), ()))
-            warm = self.memory.warm_start(incumbent.knobs, self.measured) if trial == 0 else None
-            if warm is not None:
-                hypotheses.insert(0, warm)
-            hypotheses, skipped = self._allowed(hypotheses, skipped)
-            # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
-            least = decide.stop_floor(self.steps, self.records, floor)
-            hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, self.records, frame["device"],
-                                                self.job.effective_batch, self.measured, self.memory.claims,
-                                                features, least, self._allowed, skipped)
+            hypotheses, skipped, spent, stop = self.ask()
             stop_reason = spent or stop_reason
-            check = warm_check(incumbent.knobs, self.job.start, self.records, self.measured,
-                               lambda: self._first_on_start(frame, incumbent))
-            if check is not None:  # as every proposal: only=, the frame's limits, the script's settings
-                hypotheses = self._allowed([check], skipped)[0] + hypotheses
-            stop = self._budget_left(trial)
-            if not stop and warm is None and self.llm is not None and not self.llm.off:
-                hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
             if stop or not hypotheses:
                 stop_reason = stop or stop_reason
                 break
-            trial += 1
+            trial = state.trials_done + 1
             if self.parallel is not None:
-                incumbent = self.parallel.attempt(trial, hypotheses, incumbent, base_measurement, floor)
+                self.parallel.attempt(trial, hypotheses)
             else:
-                incumbent = self._try(trial, hypotheses[0], incumbent, base_measurement, floor)
-            recording.save_state(self, trial, incumbent, floor)
-        recording.save_state(self, trial, incumbent, floor, stop_reason=stop_reason, skipped=skipped)
-        self.memory.finish(self.records, incumbent.knobs, incumbent.trial, kept_product(self.records), baseline_speed,
+                self.tell(self.run_trial(trial, hypotheses[0], state.incumbent))
+            state.trials_done = trial
+            state.save(self.folder.state)
+        state.stop_reason, state.skipped = stop_reason, skipped
+        state.save(self.folder.state)
+        incumbent, records = state.incumbent, state.records
+        self.memory.finish(records, incumbent.knobs, incumbent.trial, kept_product(records), baseline_speed,
                            stop_reason)
-        best_record = next(r for r in reversed(self.records) if r["trial"] == incumbent.trial)
-        outcome = Outcome(frame=frame, baseline={"samples_per_s": baseline_speed, "measurement": base_measurement},
-                          best=incumbent, records=self.records, skipped=skipped, noise_floor=floor,
-                          stop_reason=stop_reason, wall_s=time.monotonic() - self.started, folder=self.folder.path,
+        best_record = next(r for r in reversed(records) if r["trial"] == incumbent.trial)
+        outcome = Outcome(frame=state.frame_facts, baseline={"samples_per_s": baseline_speed, "measurement": state.base},
+                          best=incumbent, records=records, skipped=skipped, noise_floor=state.noise_floor,
+                          stop_reason=stop_reason, wall_s=state.elapsed_s, folder=self.folder.path,
                           best_measurement=best_record["measurements"][-1],
                           parallel=self.parallel.close() if self.parallel is not None else None)
         return outcome
 
+    # -- ask / tell ---------------------------------------------------------------------------
+    def ask(self) -> tuple[list[Hypothesis], list[tuple[str, str]], str | None, str | None]:
+        """What to try next on the incumbent, best first: (hypotheses, changes skipped and why, why the
+        search beyond the ranked singles is spent if it says so, why to stop now: a budget)."""
+        state = self.state
+        incumbent, trial, frame = state.incumbent, state.trials_done, state.frame_facts
+        features = self.memory.features(incumbent.knobs, incumbent.profile)
+        hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, state.measured,
+                                   self.memory.claims, features, state.blocked.get(key(incumbent.knobs), ()))
+        warm = self.memory.warm_start(incumbent.knobs, state.measured) if trial == 0 else None
+        if warm is not None:
+            hypotheses.insert(0, warm)
+        hypotheses, skipped = self._allowed(hypotheses, skipped)
+        # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
+        least = decide.stop_floor(self.steps, state.records, state.noise_floor)
+        hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, state.records, frame["device"],
+                                            self.job.effective_batch, state.measured, self.memory.claims,
+                                            features, least, self._allowed, skipped)
+        check = warm_check(incumbent.knobs, self.job.start, state.records, state.measured,
+                           lambda: self._first_on_start(frame, incumbent))
+        if check is not None:  # as every proposal: only=, the frame's limits, the script's settings
+            hypotheses = self._allowed([check], skipped)[0] + hypotheses
+        stop = self._budget_left(trial)
+        if not stop and warm is None and self.llm is not None and not self.llm.off:
+            hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
+        return hypotheses, skipped, spent, stop
+
+    def tell(self, done: Trial) -> Incumbent:
+        """Journal a decided trial (run folder, knowledge base, trackers) and move the state on: the
+        incumbent that follows it, and the OOM bookkeeping (LoopState.conclude)."""
+        journal.write(self, done.record, done.incumbent.knobs, done.hypothesis, done.incumbent.profile)
+        return self.state.conclude(done.record, done.hypothesis.change, done.measurements, done.incumbent)
+
     def _first_on_start(self, frame: dict[str, Any], incumbent: Incumbent) -> Hypothesis | None:
         """The change the ranking puts first on the user's config (decide.warm_check)."""
         features = self.memory.features(self.job.start, incumbent.profile)
-        ranked, _ = rank(self.job.start, frame["device"], self.job.effective_batch, self.measured, self.memory.claims,
+        ranked, _ = rank(self.job.start, frame["device"], self.job.effective_batch, self.state.measured, self.memory.claims,
                          features, ())
         return next(iter(self._allowed(ranked, [])[0]), None)
 
@@ -267,10 +293,11 @@ class Tuner:
         from ..reasoner.llm import prompt_context
 
         claims = self.memory.claims
-        context = prompt_context(features, incumbent.knobs, self.job.effective_batch, self.records, claims, ranked,
-                                 skipped, [r["change"] for r in self.records if r["change"]])
+        records = self.state.records
+        context = prompt_context(features, incumbent.knobs, self.job.effective_batch, records, claims, ranked,
+                                 skipped, [r["change"] for r in records if r["change"]])
         proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
-                                    self.measured, claims, features)
+                                    self.state.measured, claims, features)
         proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
         for change, why in cannot:
             proposal.reject(change, why)
@@ -285,44 +312,16 @@ class Tuner:
 
     def _allowed(self, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
                  report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
-        """Only changes to knobs the user left to autotune (`only=`), and for a script, only those it
-        has a setting for. Knobs the user kept are dropped without a note, unless `report_only`."""
-        kept = []
-        for hypothesis in hypotheses:
-            held = next((k for k, _ in hypothesis.changes if self.job.only and k not in self.job.only), None)
-            if any(silent_limit(self.frame_facts, k) for k, _ in hypothesis.changes):
-                continue
-            if held:
-                if report_only:
-                    skipped.append((hypothesis.change, f"only={','.join(self.job.only)} keeps {held} as it is"))
-                continue
-            why = next((w for k, v in hypothesis.changes if (w := frame_limit(self.frame_facts, k, v))), None)
-            if why is None and self.script is not None:
-                kind = (self.frame_facts.get("device") or {}).get("kind")
-                why = next((w for k, v in hypothesis.changes if (w := self.script.why_not(k, v, kind))), None)
-            if why:
-                skipped.append((hypothesis.change, why))
-            else:
-                kept.append(hypothesis)
-        return kept, skipped
+        """The hypotheses the user and the frame allow (limits.allowed), the others added to `skipped`."""
+        return limits.allowed(self, hypotheses, skipped, report_only)
 
-    def _cannot_apply_here(self, hypothesis: Hypothesis, result: dict[str, Any]) -> None:
-        """A crash that no incumbent can fix (the device, the install) becomes a limit the ranking honours."""
-        from ..reasoner.cannot_apply import blamed, fixed_reason
-
-        why = fixed_reason(result.get("reason"), result.get("stderr_tail")) if result["state"] == "crash" else None
-        culprit = blamed(why, hypothesis.changes) if why else None
-        if culprit is not None:
-            knob, value = culprit
-            self.frame_facts.setdefault("limits", []).append(
-                {"knob": knob, "value": value, "reason": f"cannot apply here: {why}"})
-
-    def _try(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, base: dict[str, Any],
-             floor: float) -> Incumbent:
-        """One change: screen on one run, then interleave (incumbent, candidate) and keep it only when
-        the interval on the ratio clears the noise floor, parity holds and the worst case fits."""
+    def run_trial(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent) -> Trial:
+        """One change, measured and decided, written nowhere (`tell` writes it): screen on one run, then
+        interleave (incumbent, candidate) and keep it only when the interval on the ratio clears the
+        noise floor, parity holds and the worst case fits."""
+        base, floor = self.state.base, self.state.noise_floor
         knobs = hypothesis.apply(incumbent.knobs)
-        self.measured.add(key(knobs))
+        self.state.measured.add(key(knobs))
         past = self.memory.replay(incumbent.knobs, knobs)
         if past is not None:
             return recording.replay(self, trial, hypothesis, incumbent, knobs, past, floor)
@@ -331,7 +330,7 @@ class Tuner:
         verdict: stats.Comparison | None = None
         parity_result = None
 
-        def finish(decision: str, reason: str, state: str = "complete") -> Incumbent:
+        def finish(decision: str, reason: str, state: str = "complete") -> Trial:
             complete = [r for r in results if r["state"] == "complete"]
             record = recording.record(self, trial, hypothesis.change, knobs, state, decision, reason,
                                       [r["measurement"] for r in complete],
@@ -340,13 +339,13 @@ class Tuner:
                           ceiling=complete[0]["measurement"].get("ceiling") if complete else None)
             if verdict:
                 record.update(ratio=verdict.ratio, interval=[verdict.low, verdict.high], confidence=verdict.confidence)
-            return self._conclude(record, hypothesis, incumbent, knobs, [r["measurement"] for r in complete])
+            return Trial(record, hypothesis, incumbent, knobs, [r["measurement"] for r in complete])
 
         if first["state"] != "complete":
-            self._cannot_apply_here(hypothesis, first)
+            limits.cannot_apply_here(self.state.frame_facts, hypothesis, first)
             return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
-        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.records)
+        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.state.records)
         if not parity_result["ok"]:
             return finish("discard", parity_result["reason"])
         # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
@@ -359,7 +358,7 @@ class Tuner:
             fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
             reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
         if reference:
-            verdict = decide.screen(self.steps, self.records, reference, measurement, self.job.effective_batch, floor)
+            verdict = decide.screen(self.steps, self.state.records, reference, measurement, self.job.effective_batch, floor)
             if decide.screened_out(self.steps, verdict):
                 for result in fresh:
                     if result["state"] == "complete":
@@ -389,9 +388,3 @@ class Tuner:
         fits = (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
                 if ceiling else "")
         return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
-
-    def _conclude(self, record: dict[str, Any], hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
-                  measurements: list[dict[str, Any]]) -> Incumbent:
-        """Learn from the trial, append its record, and return the incumbent that follows it. A method, so
-        that the parallel loop's shadows can replace it with one that writes nothing."""
-        return recording.conclude(self, record, hypothesis, incumbent, knobs, measurements)

@@ -2,7 +2,7 @@
 
 `precision=bf16` on a device without bf16, a missing package, a library that refuses a setting
 outright: trying the change again on another incumbent crashes the same way. Such a crash becomes a
-"cannot apply here" limit that the ranking honours (tuner.frame_limit), so it is not repeated; the
+"cannot apply here" limit that the ranking honours (loop/limits.frame_limit), so it is not repeated; the
 crash record itself is what the beliefs learn from. Pure: text in, reason out.
 """
 
