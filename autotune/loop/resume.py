@@ -12,7 +12,6 @@ removed first: it is that interrupted trial.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..config.inputs import read_json
 from ..config.job import Job
 from ..config.knobs import Knobs
 from ..output.records import RunFolder
+from ..util.io import truncate_durably
 from .state import LoopState
 
 
@@ -52,9 +52,7 @@ def _drop_torn_tail(path: Path) -> None:
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
     if end < len(data):
-        with open(path, "r+b") as handle:
-            handle.truncate(end)
-            os.fsync(handle.fileno())
+        truncate_durably(path, end)
 
 
 def restore(tuner: Any) -> None:
