@@ -12,7 +12,7 @@ from conftest import make_spec
 
 from autotune.executors import LocalExecutor
 from autotune.workloads.jobs import job_from_words
-from autotune.config.knobs import NUMERICS, Knobs, not_applicable
+from autotune.config.knobs import HUB_FLASH, NUMERICS, Knobs, not_applicable
 from autotune.probes import parity
 
 pytestmark = pytest.mark.gpu
@@ -68,6 +68,7 @@ def baselines(frames):
     ("sft", "use_liger_kernel", True), ("sft", "activation_offloading", True), ("sft", "expandable_segments", True),
     ("sft", "optim", "adamw_torch_fused"), ("sft", "optim", "adamw_bnb_8bit"), ("sft", "optim", "paged_adamw_8bit"),
     ("sft", "attn_implementation", "flash_attention_2"), ("sft", "attn_implementation", "flash_attention_3"),
+    ("sft", "attn_implementation", HUB_FLASH),
     ("sft", "float8_training", True), ("lora", "dtype", "bfloat16"), ("lora", "load_in_4bit", True),
     ("vlm", "chunked_cross_entropy", True),
 ])

@@ -9,18 +9,19 @@ import json
 
 import pytest
 
-from autotune.config.knobs import CATALOG, NUMERICS, Knobs, job_limits, not_applicable
+from autotune.config.knobs import CATALOG, HUB_FLASH, NUMERICS, Knobs, job_limits, not_applicable
 from autotune.workloads.hf.trl_args import environment, knob_fields, model_fields, model_init_kwargs, outside_trl
 
 CPU = {"kind": "cpu", "cpu_count": 4, "bf16": True, "compile": True, "fused_adamw": True}
 BARE_CUDA = {"kind": "cuda", "cpu_count": 16, "bf16": True, "tf32": True, "flash_attn": False, "compile": True,
              "fused_adamw": True, "capability": "9.0"}
-FULL_CUDA = {**BARE_CUDA, "flash_attn": True, "flash_attn_3": True, "liger": True, "bitsandbytes": True, "torchao": True}
+FULL_CUDA = {**BARE_CUDA, "flash_attn": True, "flash_attn_3": True, "liger": True, "bitsandbytes": True, "torchao": True,
+             "hub_flash": True}
 BF16 = Knobs(precision="bf16", attn_implementation="sdpa")
 CUDA_ONLY = [("use_liger_kernel", True, "CUDA"), ("activation_offloading", True, "CUDA"),
              ("expandable_segments", True, "CUDA"), ("optim", "adamw_bnb_8bit", "CUDA"),
              ("optim", "paged_adamw_8bit", "CUDA"), ("load_in_4bit", True, "CUDA"), ("float8_training", True, "CUDA"),
-             ("attn_implementation", "flash_attention_3", "CUDA")]
+             ("attn_implementation", "flash_attention_3", "CUDA"), ("attn_implementation", HUB_FLASH, "CUDA")]
 
 
 @pytest.mark.parametrize("name, value, needle", CUDA_ONLY)
@@ -32,7 +33,8 @@ def test_on_the_cpu_each_gpu_knob_is_not_applicable_and_says_why(name, value, ne
                                                   ("optim", "adamw_bnb_8bit", "bitsandbytes"),
                                                   ("load_in_4bit", True, "bitsandbytes"),
                                                   ("float8_training", True, "torchao"),
-                                                  ("attn_implementation", "flash_attention_3", "flash_attn_interface")])
+                                                  ("attn_implementation", "flash_attention_3", "flash_attn_interface"),
+                                                  ("attn_implementation", HUB_FLASH, "pip install kernels")])
 def test_on_a_gpu_without_the_package_the_reason_names_the_package_and_with_it_the_knob_applies(name, value, package):
     assert package in not_applicable(name, value, BF16, BARE_CUDA, 16)
     assert not_applicable(name, value, BF16, FULL_CUDA, 16) is None
@@ -43,6 +45,19 @@ def test_compute_capability_decides_fp8_and_flashattention_3():
     assert not_applicable("float8_training", True, BF16, ada, 16) is None
     assert "8.9" in not_applicable("float8_training", True, BF16, ampere, 16)
     assert "Hopper" in not_applicable("attn_implementation", "flash_attention_3", BF16, ada, 16)
+    assert not_applicable("attn_implementation", HUB_FLASH, BF16, ampere, 16) is None
+    assert "8.0" in not_applicable("attn_implementation", HUB_FLASH, BF16, {**FULL_CUDA, "capability": "7.5"}, 16)
+
+
+def test_the_hub_kernel_says_what_the_probe_found_and_runs_only_in_half_precision():
+    offline = {**FULL_CUDA, "hub_flash": False, "hub_flash_reason": "not in the Hugging Face cache and the Hub is off"}
+    assert "Hugging Face cache" in not_applicable("attn_implementation", HUB_FLASH, BF16, offline, 16)
+    assert "bf16" in not_applicable("attn_implementation", HUB_FLASH, Knobs(), FULL_CUDA, 16)
+    assert "bf16 or fp16" in not_applicable("precision", "fp32", BF16.with_change("attn_implementation", HUB_FLASH),
+                                            FULL_CUDA, 16)
+    # The name the user sets is the repository, in from_pretrained and in `trl sft`'s ModelConfig alike.
+    knobs = BF16.with_change("attn_implementation", HUB_FLASH).to_dict()
+    assert model_init_kwargs(knobs)["attn_implementation"] == model_fields(knobs)["attn_implementation"] == HUB_FLASH
 
 
 @pytest.mark.parametrize("name, value, needle", [

@@ -105,6 +105,7 @@ def test_divisors():
     ("precision", "tf32", "tf32"),
     ("dataloader_pin_memory", True, "CUDA"),
     ("attn_implementation", "flash_attention_2", "CUDA"),
+    ("attn_implementation", "kernels-community/flash-attn2", "CUDA"),
 ])
 def test_cuda_only_changes_are_not_applicable_on_cpu(name, value, needle):
     reason = not_applicable(name, value, Knobs(), CPU, 16)

@@ -19,7 +19,8 @@ def make_job(**overrides) -> Job:
     return Job(**values)
 
 
-@pytest.mark.parametrize("vlm,attn", [("llava", "sdpa"), ("qwen2_vl", "flash_attention_2")])
+@pytest.mark.parametrize("vlm,attn", [("llava", "sdpa"), ("qwen2_vl", "flash_attention_2"),
+                                      ("qwen2_vl", "kernels-community/flash-attn2")])
 def test_packed_vlm_rows_get_their_own_caveat_from_the_frame(tmp_path, vlm, attn):
     """TRL refuses padding_free for VLMs: the note says so and what the runner measured, whatever the kernel."""
     folder = RunFolder(tmp_path, "r")
@@ -29,7 +30,7 @@ def test_packed_vlm_rows_get_their_own_caveat_from_the_frame(tmp_path, vlm, attn
     note, = write_best_config(folder, make_job(), knobs)["caveats"]
     assert "refuses padding_free" in note and "images passed in row order" in note and "use_cache" not in note
     assert ("get_rope_index" in note) == (vlm == "qwen2_vl")
-    assert ("block-diagonal" in note) == (attn != "flash_attention_2")
+    assert ("block-diagonal" in note) == ("flash" not in attn)
     assert caveats(Knobs(padding="longest"), vlm) == []
 
 

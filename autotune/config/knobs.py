@@ -16,7 +16,13 @@ from ..util.errors import JobError
 from .inputs import check_digits
 
 PADDING_MODES = ("max_length", "longest", "padding_free")
-ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3")
+# FlashAttention-2 prebuilt on the Hugging Face Hub, loaded by the `kernels` package: transformers takes
+# the repository as the attn_implementation (and falls back to it for flash_attention_2 without flash_attn).
+HUB_FLASH = "kernels-community/flash-attn2"
+ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", HUB_FLASH)
+# Those autotune's own loop hands packed rows' bounds to as keyword arguments (transformers'
+# flash_attention_forward takes them): FlashAttention-2, built or from the Hub, the same kernel.
+VARLEN_BOUNDS = ("flash_attention_2", HUB_FLASH)
 PRECISIONS = ("fp32", "bf16", "fp16", "tf32")
 # The two bitsandbytes ones keep Adam's moments in 8 bits: they change the numbers (opt-in, see NUMERICS).
 OPTIMIZERS = ("adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "paged_adamw_8bit")
@@ -50,7 +56,9 @@ CATALOG: dict[str, Knob] = {k.name: k for k in (
     Knob("padding", "choice", PADDING_MODES, naive="max_length", affects_memory=True,
          help="pad every row to max_len, pad to the longest row of the batch, or pack rows without padding"),
     Knob("group_by_length", "bool", naive=False, help="batch rows of similar length together (less padding)"),
-    Knob("attn_implementation", "choice", ATTENTION, naive="eager", affects_memory=True, help="attention kernel"),
+    Knob("attn_implementation", "choice", ATTENTION, naive="eager", affects_memory=True,
+         help=f"attention kernel; {HUB_FLASH} is FlashAttention-2 from the Hugging Face Hub (CUDA, pip install "
+              "kernels; the kernel cached or the Hub reachable)"),
     Knob("precision", "choice", PRECISIONS, naive="fp32", affects_memory=True,
          help="fp32, bf16 or fp16 autocast, or tf32 matmuls"),
     Knob("gradient_checkpointing", "bool", naive=False, affects_memory=True, help="recompute activations in backward"),
@@ -182,6 +190,12 @@ def parse_knob_value(name: str, text: str) -> Any:
     return text
 
 
+def is_flash(attn: str) -> bool:
+    """A flash kernel, built in or from the Hub (transformers' own test: "flash" in the name): bf16 or fp16
+    only, and it takes variable lengths (padding-free rows need no block-diagonal mask)."""
+    return "flash" in attn
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -202,7 +216,7 @@ def not_applicable(name: str, value: Any, knobs: Knobs, device: dict, effective_
             return "fp16 mixed precision needs a CUDA device (loss scaling)"
         if value == "tf32" and not device.get("tf32"):
             return "tf32 needs an NVIDIA GPU of compute capability 8.0 or newer"
-        if knobs.attn_implementation.startswith("flash_attention") and value in ("fp32", "tf32"):
+        if is_flash(knobs.attn_implementation) and value in ("fp32", "tf32"):
             return f"{knobs.attn_implementation} runs only in bf16 or fp16"
         half_only = [n for n in ("dtype", "load_in_4bit", "float8_training")
                      if getattr(knobs, n) not in ("float32", False)]
@@ -242,11 +256,22 @@ def _missing(device: dict, fact: str) -> str | None:
 
 
 def _new_knob_limit(name: str, value: Any, knobs: Knobs, device: dict, cuda: bool) -> str | None:
-    """Fused kernels, memory placement, compile modes, 8-bit optimizers, the LoRA base, fp8, the loader."""
+    """Fused kernels, the Hub attention kernel, memory placement, compile modes, 8-bit optimizers, the LoRA
+    base, fp8, the loader."""
     if value in (False, "default", "float32", 0) or name in ("chunked_cross_entropy",):
         return None  # off is always possible; the chunked loss is plain PyTorch (the frame limits it by runner)
     if name == "optim" and value in ("adamw_bnb_8bit", "paged_adamw_8bit"):
         return "bitsandbytes' 8-bit optimizers need a CUDA device" if not cuda else _missing(device, "bitsandbytes")
+    if name == "attn_implementation" and value == HUB_FLASH:
+        if not cuda:
+            return f"{HUB_FLASH} is a CUDA kernel: it needs a CUDA device"
+        if int(str(device.get("capability", "0")).partition(".")[0] or 0) < 8:
+            return "FlashAttention-2 needs compute capability 8.0 or newer (Ampere)"
+        if not device.get("hub_flash"):  # the probe's reason: the kernels package, the cache, the network
+            return device.get("hub_flash_reason") or ("the kernels package is not installed (pip install kernels, "
+                                                         "at a version the installed transformers takes)")
+        if knobs.precision not in ("bf16", "fp16"):
+            return f"{HUB_FLASH} runs only in bf16 or fp16; try it once precision is bf16"
     if name == "use_liger_kernel":
         return "liger-kernel's kernels are Triton kernels: CUDA only" if not cuda else _missing(device, "liger")
     if name == "activation_offloading" and not cuda:

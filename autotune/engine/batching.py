@@ -3,8 +3,8 @@
 Padding-free packs a micro-batch's rows into one sequence. With `sdpa` or `eager` attention a
 block-diagonal causal mask keeps packed rows from attending to each other; passing only restarting
 `position_ids` leaks attention across rows when the model builds its mask with a cache (what
-`DataCollatorWithFlattening` relies on). flash_attention_2 reads the row boundaries from
-`position_ids` (varlen kernels), so it gets no dense mask.
+`DataCollatorWithFlattening` relies on). flash_attention_2 (and its Hub build) reads the row
+boundaries from `position_ids` (varlen kernels), so it gets no dense mask.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from ..config.knobs import VARLEN_BOUNDS
 
 IGNORE = -100
 
@@ -64,7 +66,7 @@ def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn
             "input_ids": torch.tensor([ids]), "labels": torch.tensor([labels]),
             "position_ids": torch.tensor([positions]), "slots": torch.tensor([slots]),
         }
-        if attn == "flash_attention_2":
+        if attn in VARLEN_BOUNDS:
             # The row boundaries as flash-attention varlen wants them; left to position_ids, transformers
             # derives them in every layer with a device sync each time.
             bounds = torch.tensor([0] + [len(r) for r in rows]).cumsum(0).to(torch.int32)

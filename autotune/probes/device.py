@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from .hub_kernels import hub_flash_facts
 from .peaks import cached_or_measured, cpu_name
 
 
@@ -88,6 +89,7 @@ def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[
         "kind": device, "cpu_count": os.cpu_count() or 1, "compile": compile_ok, "compile_reason": compile_reason,
         "fused_adamw": _fused_adamw_works(device), "torch": torch.__version__,
         "transformers": transformers.__version__, "python": platform.python_version(), **installed_kernels(),
+        **hub_flash_facts(device),
     }
     if device == "cuda":  # CUDA-only
         props = torch.cuda.get_device_properties(0)

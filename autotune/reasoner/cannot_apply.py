@@ -17,6 +17,8 @@ _FIXED = re.compile("|".join((
     r"cuda is not available", r"torch not compiled with cuda", r"no module named ['\"]?[\w.]+",
     r"is not installed", r"requires the [\w-]+ (library|package)", r"flash ?attention ?2? .*(not available|cannot be used)",
     r"no kernel image is available", r"triton .*not (found|available|installed)",
+    # transformers, when the kernels package cannot load a Hub kernel (no build for this torch, no network).
+    r"error occurred while trying to load from '[\w.-]+/[\w.-]+'",
     # TRL >= 1.0 refuses padding_free while max_length is set; a script's max_length is the user's and held.
     r"padding_free=True`? without packing, `?max_length`? is not enforced",
 )), re.IGNORECASE)

@@ -26,13 +26,13 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from ..kb.claims import Claim, change_value
-from ..config.knobs import CATALOG, IMAGE_PIXEL_CAP, Knobs, divisors, not_applicable
+from ..config.knobs import CATALOG, HUB_FLASH, IMAGE_PIXEL_CAP, Knobs, divisors, not_applicable
 from .combine import repaired, together
 
 CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
     ("padding", ("padding_free", "longest")),
     ("per_device_train_batch_size", ()),  # neighbours of the incumbent's value
-    ("attn_implementation", ("sdpa", "flash_attention_2", "flash_attention_3", "eager")),
+    ("attn_implementation", ("sdpa", "flash_attention_2", "flash_attention_3", "eager", HUB_FLASH)),
     ("precision", ("bf16", "tf32", "fp16")),
     ("group_by_length", (True, False)),
     ("optim", ("adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit")),

@@ -40,3 +40,12 @@ def test_a_combination_that_crashes_on_the_machine_blames_the_change_the_reason_
     assert blamed(why, [("precision", "bf16")]) == ("precision", "bf16")
     # A reason that names none of the changes (or two of them) refuses none: each stays to be tried alone.
     assert blamed("No module named 'liger_kernel'", [("padding", "longest"), ("precision", "bf16")]) is None
+
+
+def test_a_hub_kernel_that_does_not_load_here_is_refused_where_the_combination_names_it():
+    # transformers' words when the kernels package cannot load it (no build for this torch, no network).
+    why = fixed_reason("crash", "ValueError: An error occurred while trying to load from "
+                                "'kernels-community/flash-attn2': Cannot find a build variant for this system.\n")
+    assert why and "kernels-community/flash-attn2" in why
+    changes = [("precision", "bf16"), ("attn_implementation", "kernels-community/flash-attn2")]
+    assert blamed(why, changes) == ("attn_implementation", "kernels-community/flash-attn2")

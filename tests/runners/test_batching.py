@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from autotune.config.knobs import HUB_FLASH
 from autotune.engine.batching import IGNORE, block_diagonal_mask, collate, group_by_length, step_plan
 
 PAD = 0
@@ -38,10 +39,13 @@ def test_padding_free_is_one_row_with_restarting_positions_and_a_square_mask(att
     assert PAD not in batch["input_ids"].flatten().tolist()
 
 
-def test_padding_free_with_flash_attention_has_no_dense_mask():
-    batch = collate(ROWS, "padding_free", MAX_LEN, PAD, "flash_attention_2")
+@pytest.mark.parametrize("attn", ["flash_attention_2", HUB_FLASH])
+def test_padding_free_with_flash_attention_has_no_dense_mask(attn):
+    batch = collate(ROWS, "padding_free", MAX_LEN, PAD, attn)
     assert "attention_mask" not in batch
     assert batch["position_ids"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4, 0, 1]]
+    # The varlen kernel's row bounds, as transformers' flash_attention_forward takes them.
+    assert batch["flash"]["cu_seq_lens_q"].tolist() == [0, 3, 8, 10] and batch["flash"]["max_length_k"] == 5
 
 
 def test_leaky_packing_has_positions_only():

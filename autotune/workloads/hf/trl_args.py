@@ -96,7 +96,8 @@ def knob_fields(knobs: Mapping[str, Any], max_len: int, effective_batch: int, *,
 def model_init_kwargs(knobs: Mapping[str, Any]) -> dict[str, Any]:
     """`from_pretrained` arguments (SFTConfig's `model_init_kwargs`). Trials load fp32 master weights
     (mixed precision is autocast) unless a LoRA job's frozen base is loaded in bf16 (`dtype`);
-    transformers' own default ("auto") would load bf16 weights."""
+    transformers' own default ("auto") would load bf16 weights. A Hub attention kernel is its repository
+    ("kernels-community/flash-attn2"), the name transformers and `trl sft --attn_implementation` take."""
     dtype = "bfloat16" if knobs.get("load_in_4bit") else knobs.get("dtype", "float32")  # QLoRA computes in bf16
     return {"attn_implementation": knobs["attn_implementation"], "dtype": dtype}
 

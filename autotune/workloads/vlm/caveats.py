@@ -3,7 +3,7 @@ the report carry for packed image-text rows, image caps and a frozen vision towe
 
 from __future__ import annotations
 
-from ...config.knobs import Knobs
+from ...config.knobs import VARLEN_BOUNDS, Knobs
 
 
 def _packed_vlm_note(knobs: Knobs, vlm: str) -> str:
@@ -12,7 +12,7 @@ def _packed_vlm_note(knobs: Knobs, vlm: str) -> str:
              "passed as a 4 x T `position_ids` whose first row is the per-row text positions"
              if vlm in ("qwen2_vl", "qwen2_5_vl") else "")
     bounds = ("the row bounds taken from the position ids (no cu_seq_lens keyword arguments: the model hands them "
-              "on to its vision tower)" if knobs.attn_implementation == "flash_attention_2" else
+              "on to its vision tower)" if knobs.attn_implementation in VARLEN_BOUNDS else
               "a block-diagonal attention mask")
     return (f"padding_free was measured on packed image-text rows ({vlm}): each micro-batch's rows in one sequence, "
             f"their images passed in row order, position ids restarting per row{mrope}, and {bounds}. TRL's "
