@@ -53,7 +53,7 @@ def test_trial_measures_throughput_memory_and_parity_losses(tmp_path, framed):
 
 def test_a_worst_case_batch_over_the_memory_limit_is_oom_without_being_timed(tmp_path, framed):
     framed()
-    job = tiny_job("mem_limit=64MiB")
+    job = tiny_job(mem_limit="64MiB")
     result = run_runner(tmp_path, make_spec(tmp_path, job=job, ceiling=True), "ceiling")
     assert result["state"] == "oom", result
     assert "worst-case batch" in result["reason"] and "GiB" in result["reason"]
@@ -86,7 +86,7 @@ def test_leaking_padding_free_fails_parity(tmp_path, framed):
 
 
 def test_lora_trains_only_adapters(tmp_path, framed):
-    job = tiny_job("method=lora")
+    job = tiny_job(method="lora")
     frame = framed(job)
     assert 0 < frame["model"]["trainable_params"] < frame["model"]["params"] / 2
     result = run_runner(tmp_path, make_spec(tmp_path, job=job), "lora")
