@@ -11,11 +11,13 @@ from typing import Any
 import pytest
 
 from autotune.executors import LocalExecutor
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import Knobs
 
 # Fast enough for unit tests of the runner: short rows, few of them.
-TINY_WORDS = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4", "smoke"]
+TINY = {"model": "tiny-qwen2", "dataset": "synthetic", "max_len": 64, "effective_batch": 4, "smoke": True}
+# The same job as `autotune tune` words, for the tests whose subject is the command line.
+TINY_WORDS = [f"{key}={value}" for key, value in TINY.items() if key != "smoke"] + ["smoke"]
 
 
 @pytest.fixture(scope="session")
@@ -65,9 +67,9 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
             item.add_marker(skip)
 
 
-def tiny_job(*extra: str, run: str = "t"):
-    job, _ = job_from_words(run, TINY_WORDS + list(extra))
-    return job
+def tiny_job(run: str = "t", **keys: Any):
+    """The tiny job with `keys` added or replaced, built through the library API (values as Python's)."""
+    return job_from_dict(run, {**TINY, **keys})
 
 
 def make_spec(tmp_path: Path, kind: str = "trial", job=None, knobs: Knobs | None = None, **fields: Any) -> dict:

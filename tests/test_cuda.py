@@ -11,14 +11,14 @@ import pytest
 from conftest import make_spec
 
 from autotune.executors import LocalExecutor
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import Knobs
 from autotune.probes import parity, peaks
 
 pytestmark = pytest.mark.gpu
 
-HF_WORDS = ["model=tiny-qwen2", "dataset=synthetic", "max_len=128", "effective_batch=8"]
-MLP_WORDS = ["model=mlp", "mlp_width=1024", "mlp_depth=4", "max_len=512", "effective_batch=64"]
+HF_JOB = {"model": "tiny-qwen2", "dataset": "synthetic", "max_len": 128, "effective_batch": 8}
+MLP_JOB = {"model": "mlp", "mlp_width": 1024, "mlp_depth": 4, "max_len": 512, "effective_batch": 64}
 
 
 def run(tmp_path, spec: dict, name: str) -> dict:
@@ -29,9 +29,9 @@ def run(tmp_path, spec: dict, name: str) -> dict:
 def frames(tmp_path_factory):
     """Each runner's frame on the card, once: (folder, frame) per runner."""
     made = {}
-    for runner, words in (("hf", HF_WORDS), ("mlp", MLP_WORDS)):
+    for runner, keys in (("hf", HF_JOB), ("mlp", MLP_JOB)):
         folder = tmp_path_factory.mktemp(runner)
-        job, _ = job_from_words("g", words)
+        job = job_from_dict("g", keys)
         result = run(folder, {**make_spec(folder, "frame", job=job), "runner": runner}, "frame")
         assert result["state"] == "complete", result
         made[runner] = (folder, job, result["frame"])

@@ -11,23 +11,23 @@ import pytest
 from conftest import make_spec
 
 from autotune.executors import LocalExecutor
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import HUB_FLASH, NUMERICS, Knobs, not_applicable
 from autotune.probes import parity
 
 pytestmark = pytest.mark.gpu
 
-TEXT = ["model=tiny-qwen2", "dataset=synthetic", "max_len=256", "effective_batch=8"]
+TEXT = {"model": "tiny-qwen2", "dataset": "synthetic", "max_len": 256, "effective_batch": 8}
 BF16 = {"precision": "bf16", "attn_implementation": "sdpa", "per_device_train_batch_size": 4}
 
 
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory):
     made = {}
-    for name, words in (("sft", TEXT), ("lora", TEXT + ["method=lora"]),
-                        ("vlm", ["model=tiny-qwen2-vl", "dataset=synthetic", "max_len=256", "effective_batch=4"])):
+    for name, keys in (("sft", TEXT), ("lora", {**TEXT, "method": "lora"}),
+                       ("vlm", {"model": "tiny-qwen2-vl", "dataset": "synthetic", "max_len": 256, "effective_batch": 4})):
         folder = tmp_path_factory.mktemp(name)
-        job, _ = job_from_words("g", words)
+        job = job_from_dict("g", keys)
         result = LocalExecutor().run({**make_spec(folder, "frame", job=job), "runner": "hf"}, folder / "frame", 300)
         assert result["state"] == "complete", result
         made[name] = (folder, job, result["frame"])

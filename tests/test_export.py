@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -14,7 +15,7 @@ import yaml
 from autotune.output import realize
 from autotune.workloads.hf.export import python_kwargs, trl_config
 from autotune.config.job import Job
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import Knobs
 from autotune.output.records import RunFolder
 from autotune.output.report import write_best_config
@@ -38,8 +39,8 @@ def parser_keys() -> set[str]:
             for f in dataclasses.fields(cls)}
 
 
-def demo_job(*words: str) -> Job:
-    return job_from_words("demo", ["smoke", *words])[0]
+def demo_job(**keys: Any) -> Job:
+    return job_from_dict("demo", {"smoke": True, **keys})
 
 
 def test_a_preset_file_names_the_run_folders_model_and_rows(fields, tmp_path):
@@ -77,7 +78,7 @@ def test_a_local_data_file_is_named_with_its_builder(fields, tmp_path):
 
 
 def test_the_keyword_arguments_are_the_same_file(fields, tmp_path):
-    job = demo_job("method=lora")
+    job = demo_job(method="lora")
     config = trl_config(job.to_dict(), BEST.to_dict(), fields=fields, cpu=True, run_path=tmp_path,
                         lora_targets=["q_proj", "k_proj"])
     kwargs = python_kwargs(config)
@@ -149,9 +150,9 @@ def test_candidates_run_the_kept_chain_back_to_the_baseline():
 
 
 def test_realize_is_a_job_key_that_tests_can_turn_off():
-    assert demo_job().realize is True and demo_job("realize=false").realize is False
+    assert demo_job().realize is True and demo_job(realize=False).realize is False
     assert Job.from_dict({k: v for k, v in demo_job().to_dict().items() if k != "realize"}).realize is True
     from autotune.util.errors import JobError
 
     with pytest.raises(JobError, match="realize"):
-        demo_job("realize=maybe")
+        demo_job(realize="maybe")

@@ -5,8 +5,6 @@ ranked by its priors: a start config that does not fit leads with what makes it 
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from autotune.config.knobs import CATALOG, HUB_FLASH, NUMERICS, Knobs, job_limits, not_applicable
@@ -157,13 +155,11 @@ def test_a_qlora_start_keeps_precisions_tolerance_on_changes_that_leave_the_base
     assert fp8["ok"] and "float8_training=True: tolerance 6e-02" in fp8["reason"]
 
 
-def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_fit(capsys):
-    from autotune.cli.main import main
+def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_fit():
+    import autotune
     from autotune.loop.advice import estimate_headroom, model_shape
 
-    words = ["model=Qwen/Qwen2.5-7B", "method=lora", "max_len=4096", "gpu=4090"]
-    assert main(["suggest", *words, "--json"]) == 0
-    advice = json.loads(capsys.readouterr().out)
+    advice = autotune.suggest(model="Qwen/Qwen2.5-7B", method="lora", max_len=4096, gpu="4090")
     assert any("does not fit" in note for note in advice["notes"])
     first = advice["hypotheses"][0]["change"]
     fitted = Knobs(**dict(_typed(change) for change in first.split("+")))
@@ -173,9 +169,8 @@ def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_f
     skipped = {item["change"]: item["why"] for item in advice["skipped"]}
     assert "allow_numerics_change=true" in skipped["optim=adamw_bnb_8bit"]
     # A roomy job keeps its plain ranking: the fit rule speaks only where the estimate does not fit.
-    assert main(["suggest", "model=Qwen/Qwen2.5-1.5B", "precision=bf16", "attn_implementation=sdpa", "gpu=H100",
-                 "max_len=512", "--json"]) == 0
-    roomy = json.loads(capsys.readouterr().out)
+    roomy = autotune.suggest(model="Qwen/Qwen2.5-1.5B", precision="bf16", attn_implementation="sdpa", gpu="H100",
+                             max_len=512)
     assert not any("does not fit" in note for note in roomy["notes"])
     assert not [h for h in roomy["hypotheses"] if h["source"] == "fit"]
 

@@ -146,7 +146,7 @@ def test_a_tune_that_fills_the_disk_stops_whole_and_resumes(tmp_path, monkeypatc
 
     from autotune.loop.tuner import Tuner
 
-    job, real = tiny_job("max_trials=4", run="r"), os.write
+    job, real = tiny_job(max_trials=4, run="r"), os.write
     folder = RunFolder(tmp_path, "r")
 
     def full_at_trial_2(fd: int, data: bytes) -> int:

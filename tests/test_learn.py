@@ -6,11 +6,13 @@ because of the first is checked exactly; tests/e2e/test_compounding.py measures 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from conftest import TINY_WORDS
+from conftest import TINY, TINY_WORDS
 from test_tuner import TableExecutor
 
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict, job_from_words
 from autotune.kb import Store, kb_folder
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.experience import Experience
@@ -22,13 +24,8 @@ FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2):
            ("attn_implementation", "sdpa"): 1.3}
 
 
-def job(run: str, *changes: str):
-    words = [w for w in TINY_WORDS if w.split("=")[0] not in {c.split("=")[0] for c in changes}]
-    return job_from_words(run, words + list(changes))[0]
-
-
-def tune(tmp_path, executor, run: str, *changes: str, fresh: bool = False):
-    tuner = Tuner(job(run, *changes), executor, tmp_path, fresh=fresh)
+def tune(tmp_path, executor, run: str, fresh: bool = False, **changes: Any):
+    tuner = Tuner(job_from_dict(run, {**TINY, **changes}), executor, tmp_path, fresh=fresh)
     return tuner, tuner.run()
 
 
@@ -46,9 +43,9 @@ def test_trials_to_best_is_the_first_trial_within_five_percent_of_the_final_spee
 
 def test_the_same_job_again_is_replayed_from_the_record_without_measuring(tmp_path):
     first = TableExecutor(FACTORS)
-    _, one = tune(tmp_path, first, "one", "max_trials=4")
+    _, one = tune(tmp_path, first, "one", max_trials=4)
     again = TableExecutor(FACTORS)
-    _, two = tune(tmp_path, again, "two", "max_trials=4")
+    _, two = tune(tmp_path, again, "two", max_trials=4)
     done_before = {(r["change"], tuple(sorted(r["knobs"].items()))) for r in one.records}
     replayed = [r for r in two.records if r["state"] == "replayed"]
     measured = [r for r in two.records if r["state"] != "replayed"]
@@ -63,9 +60,9 @@ def test_the_same_job_again_is_replayed_from_the_record_without_measuring(tmp_pa
 
 
 def test_fresh_measures_again(tmp_path):
-    tune(tmp_path, TableExecutor(FACTORS), "one", "max_trials=2")
+    tune(tmp_path, TableExecutor(FACTORS), "one", max_trials=2)
     again = TableExecutor(FACTORS)
-    _, two = tune(tmp_path, again, "two", "max_trials=2", fresh=True)
+    _, two = tune(tmp_path, again, "two", max_trials=2, fresh=True)
     assert "replayed" not in {r["state"] for r in two.records}
     assert sum(s["kind"] == "trial" for s in again.specs) >= 5
 
@@ -73,7 +70,7 @@ def test_fresh_measures_again(tmp_path):
 def test_a_similar_job_is_warm_started_from_the_best_config_of_the_last_run(tmp_path):
     _, one = tune(tmp_path, TableExecutor(FACTORS), "one")
     assert trials_to_best(one.records) >= 2
-    _, two = tune(tmp_path, TableExecutor(FACTORS), "two", "max_len=96")
+    _, two = tune(tmp_path, TableExecutor(FACTORS), "two", max_len=96)
     first = two.records[1]
     assert first["decision"] == "keep" and "warm start" in first["hypothesis"]["rationale"]
     assert two.best.knobs.padding == one.best.knobs.padding
@@ -82,7 +79,7 @@ def test_a_similar_job_is_warm_started_from_the_best_config_of_the_last_run(tmp_
 
 def test_every_trial_is_recorded_and_its_outcome_moves_the_beliefs(tmp_path):
     before = {c.id: c.confidence for c in Beliefs().claims()}
-    _, outcome = tune(tmp_path, TableExecutor(FACTORS), "one", "max_trials=4")
+    _, outcome = tune(tmp_path, TableExecutor(FACTORS), "one", max_trials=4)
     store = Store(kb_folder())
     experience = Experience(store)
     run = experience.runs()[0]

@@ -28,7 +28,7 @@ def fields(state: LoopState) -> dict:
 
 
 def test_a_saved_state_reads_back_as_it_was_written(tmp_path):
-    Tuner(tiny_job("max_trials=4", run="r"), TableExecutor(FACTORS, states=OOM), tmp_path).run()
+    Tuner(tiny_job(max_trials=4, run="r"), TableExecutor(FACTORS, states=OOM), tmp_path).run()
     folder = RunFolder(tmp_path, "r")
     saved = json.loads(folder.state.read_text())
     assert saved["schema_version"] == 2 and violation("loop_state", saved) is None
@@ -52,7 +52,7 @@ def test_a_state_the_schema_refuses_is_not_written(tmp_path):
 def test_the_records_alone_rebuild_what_the_live_loop_kept(tmp_path):
     # The OOM bookkeeping and the incumbent follow a record in one place (LoopState.conclude), live
     # and when a resume takes records in: both give the same state.
-    Tuner(tiny_job("max_trials=5", run="r"), TableExecutor(FACTORS, states=OOM), tmp_path).run()
+    Tuner(tiny_job(max_trials=5, run="r"), TableExecutor(FACTORS, states=OOM), tmp_path).run()
     folder = RunFolder(tmp_path, "r")
     live = LoopState.load(folder.state, tiny_job().start)
     rebuilt = LoopState.new("r", live.run_id, tiny_job().start)
@@ -69,7 +69,7 @@ def test_the_records_alone_rebuild_what_the_live_loop_kept(tmp_path):
 ])
 def test_a_torn_or_foreign_state_file_is_one_line_naming_it(tmp_path, capsys, text, says):
     with pytest.raises(KeyboardInterrupt):
-        Tuner(tiny_job("max_trials=4", run="r"), KilledAt(FACTORS, 6), tmp_path).run()
+        Tuner(tiny_job(max_trials=4, run="r"), KilledAt(FACTORS, 6), tmp_path).run()
     folder = RunFolder(tmp_path, "r")
     folder.state.write_text(text)
     before = folder.experiments.read_bytes()
@@ -80,9 +80,9 @@ def test_a_torn_or_foreign_state_file_is_one_line_naming_it(tmp_path, capsys, te
 
 
 def test_a_run_folder_with_a_version_1_state_file_resumes_to_the_same_result(tmp_path):
-    reference = Tuner(tiny_job("max_trials=6", f"kb={tmp_path / 'ref-kb'}", run="ref"), TableExecutor(FACTORS),
+    reference = Tuner(tiny_job(max_trials=6, kb=str(tmp_path / 'ref-kb'), run="ref"), TableExecutor(FACTORS),
                       tmp_path / "ref").run()
-    job = tiny_job("max_trials=6", run="r")
+    job = tiny_job(max_trials=6, run="r")
     with pytest.raises(KeyboardInterrupt):
         Tuner(job, KilledAt(FACTORS, 9), tmp_path).run()
     folder = RunFolder(tmp_path, "r")

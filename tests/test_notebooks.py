@@ -43,7 +43,7 @@ def tuned(tmp_path_factory) -> dict:
                          ("second", {PADDING_FREE: 0.8, ("per_device_train_batch_size", 2): 1.5})):
         # `fresh`: the same job on the same device would otherwise replay the first run's trials,
         # which adds no evidence.
-        tuner = Tuner(tiny_job(f"kb={kb}", "max_trials=5", run=run), TableExecutor(factors), root / "runs",
+        tuner = Tuner(tiny_job(kb=str(kb), max_trials=5, run=run), TableExecutor(factors), root / "runs",
                       fresh=run == "second")
         outcome = tuner.run()
         write_report(tuner.folder, tuner.job, outcome, best_config(tuner.job, outcome.best.knobs))

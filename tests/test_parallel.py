@@ -12,7 +12,7 @@ from table_outcomes import Table, TableSlots
 from autotune.output.records import RunFolder
 from autotune.loop.tuner import Tuner
 
-NOTHING_KEPT = "dataloader_num_workers,attn_implementation,optim"
+NOTHING_KEPT = ["dataloader_num_workers", "attn_implementation", "optim"]
 
 
 def facts(records: list[dict]) -> list[tuple]:
@@ -29,11 +29,11 @@ def same_figures(parallel: list[dict], serial: list[dict]) -> None:
         assert len(ours["measurements"]) == 1 or ours["ratio"] == theirs["ratio"], ours["trial"]
 
 
-def tune(root, executor, run, monkeypatch, *words):
+def tune(root, executor, run, monkeypatch, **keys):
     # Each tune starts from the shipped priors: what one learns must not steer the other.
     (root / "kb").mkdir(parents=True)
     monkeypatch.setenv("AUTOTUNE_KB", str(root / "kb"))
-    tuner = Tuner(tiny_job(*words, run=run), executor, root)
+    tuner = Tuner(tiny_job(run=run, **keys), executor, root)
     return tuner, tuner.run()
 
 
@@ -96,7 +96,7 @@ def test_a_lost_slot_is_a_crash_and_the_tune_goes_on(tmp_path, monkeypatch):
 
     doomed.run = lost
     # Nothing here is kept, so every speculation is committed: the lost one too.
-    _, outcome = tune(tmp_path / "lost", executor, "c", monkeypatch, f"only={NOTHING_KEPT}")
+    _, outcome = tune(tmp_path / "lost", executor, "c", monkeypatch, only=NOTHING_KEPT)
     crashed = [r for r in outcome.records if r["state"] == "crash"]
     assert len(crashed) == 1 and "lost mid-trial" in crashed[0]["reason"]
     assert [r["trial"] for r in outcome.records] == list(range(len(outcome.records)))

@@ -13,7 +13,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def test_a_run_writes_its_plots_and_the_report_links_them(tmp_path):
     states = {("padding", "longest"): "oom"}
-    tuner = Tuner(tiny_job("max_trials=5"), TableExecutor({("padding", "padding_free"): 2.0}, states=states), tmp_path)
+    tuner = Tuner(tiny_job(max_trials=5), TableExecutor({("padding", "padding_free"): 2.0}, states=states), tmp_path)
     outcome = tuner.run()
     write_report(tuner.folder, tuner.job, outcome, best_config(tuner.job, outcome.best.knobs))
     report = tuner.folder.report.read_text()

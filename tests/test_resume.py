@@ -4,6 +4,7 @@ review writes a finished run's outputs again without a device."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from conftest import tiny_job
@@ -46,16 +47,16 @@ class Recording(TableExecutor):
         return super().run(spec, trial_dir, timeout_s)
 
 
-def finished(tmp_path, run: str, executor, *words: str) -> list[tuple]:
-    Tuner(tiny_job("max_trials=6", *words, run=run), executor, tmp_path).run()
+def finished(tmp_path, run: str, executor, **keys: Any) -> list[tuple]:
+    Tuner(tiny_job(max_trials=6, run=run, **keys), executor, tmp_path).run()
     return [(r["trial"], r["change"], r["decision"]) for r in RunFolder(tmp_path, run).read_experiments()]
 
 
 @pytest.mark.parametrize("at", [2, 5, 9, 14])
 def test_a_run_killed_at_any_point_resumes_to_the_same_result_without_repeats(tmp_path, at):
     # Its own knowledge base: what the reference run learns must not steer the run under test.
-    reference = finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), f"kb={tmp_path / 'ref-kb'}")
-    job = tiny_job("max_trials=6", run="r")
+    reference = finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), kb=str(tmp_path / "ref-kb"))
+    job = tiny_job(max_trials=6, run="r")
     with pytest.raises(KeyboardInterrupt):
         Tuner(job, KilledAt(FACTORS, at), tmp_path).run()
     before = RunFolder(tmp_path, "r").read_experiments()
@@ -79,7 +80,7 @@ def test_a_run_killed_at_any_point_resumes_to_the_same_result_without_repeats(tm
 def test_a_trial_the_folder_holds_but_the_knowledge_base_lost_is_written_back_not_remeasured(tmp_path, monkeypatch):
     # The run folder's record is written first (loop/journal.py): a kill before the knowledge base's
     # copy leaves the trial in experiments.jsonl alone, and resume writes the copy from it.
-    job = tiny_job("max_trials=4", run="r")
+    job = tiny_job(max_trials=4, run="r")
     original = Experience.record_trial
 
     def dies_on_trial_2(self, run_id, identity, features, incumbent, record, hypothesis=None):
@@ -104,7 +105,7 @@ def test_a_trial_the_folder_holds_but_the_knowledge_base_lost_is_written_back_no
 
 
 def test_a_torn_last_line_is_the_interrupted_trial_and_is_redone(tmp_path):
-    job = tiny_job("max_trials=3", run="r")
+    job = tiny_job(max_trials=3, run="r")
     with pytest.raises(KeyboardInterrupt):
         Tuner(job, KilledAt(FACTORS, 6), tmp_path).run()
     with open(RunFolder(tmp_path, "r").experiments, "ab") as handle:
@@ -139,10 +140,10 @@ def evidence_events(kb) -> list[tuple]:
 def test_a_kill_between_the_trial_record_and_its_belief_update_loses_no_evidence(tmp_path, monkeypatch):
     from autotune.kb.beliefs import Beliefs
 
-    finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), f"kb={tmp_path / 'ref-kb'}")
+    finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), kb=str(tmp_path / "ref-kb"))
     reference = evidence_events(tmp_path / "ref-kb")
     assert any(trial == "2" for _, _, trial in reference)        # trial 2 does teach something
-    job = tiny_job("max_trials=6", run="r")
+    job = tiny_job(max_trials=6, run="r")
     original = Beliefs.apply
 
     def dies_applying_trial_2(self, updates, run=""):
@@ -164,8 +165,8 @@ def test_a_kill_between_the_trial_record_and_its_belief_update_loses_no_evidence
 
 
 def test_evidence_applied_before_the_kill_is_not_applied_again_on_resume(tmp_path, monkeypatch):
-    finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), f"kb={tmp_path / 'ref-kb'}")
-    job = tiny_job("max_trials=6", run="r")
+    finished(tmp_path / "ref", "ref", TableExecutor(FACTORS), kb=str(tmp_path / "ref-kb"))
+    job = tiny_job(max_trials=6, run="r")
     original = LoopState.save
 
     def dies_after_trial_2(self, path):

@@ -111,7 +111,7 @@ class Paused(TableExecutor):
 def test_a_second_tuner_or_a_resume_on_a_live_run_stops_with_one_line_and_writes_nothing(tmp_path, capsys,
                                                                                          isolated_kb):
     paused = Paused(FACTORS)
-    first = threading.Thread(target=lambda: Tuner(tiny_job("max_trials=3", run="r"), paused, tmp_path).run())
+    first = threading.Thread(target=lambda: Tuner(tiny_job(max_trials=3, run="r"), paused, tmp_path).run())
     first.start()
     try:
         assert paused.live.wait(60)
@@ -139,7 +139,7 @@ def test_run_folders_knowledge_base_files_and_locks_are_private_to_the_user(tmp_
     previous = os.umask(0o022)                                   # a usual umask: the modes come from autotune
     try:
         kb = tmp_path / "new-kb"
-        Tuner(tiny_job("max_trials=2", f"kb={kb}", run="r"), TableExecutor(FACTORS), tmp_path / "runs").run()
+        Tuner(tiny_job(max_trials=2, kb=str(kb), run="r"), TableExecutor(FACTORS), tmp_path / "runs").run()
         folder = RunFolder(tmp_path / "runs", "r")
         assert mode(folder.path) == 0o700 and mode(kb) == 0o700
         files = [p for p in (*folder.path.rglob("*"), *kb.rglob("*")) if p.is_file()]

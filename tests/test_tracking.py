@@ -16,8 +16,10 @@ import pytest
 from test_resume import FACTORS, KilledAt
 from test_tuner import TableExecutor
 
+import autotune
 from autotune import executors
 from autotune.cli.main import main
+from autotune.output.tune_result import result as tune_result, text
 from autotune.workloads.jobs import job_from_words
 from autotune.config.job_files import job_yaml
 from autotune.output.records import RunFolder
@@ -59,11 +61,12 @@ def tracked(store: str, experiment: str) -> tuple[object, list]:
 
 def test_a_tune_is_a_parent_run_and_each_trial_a_nested_run(in_tmp, store, capfd):
     """The cheapest real tune (a small MLP, one trial) with mlflow=: what the run folder holds, the store holds."""
-    argv = ["tune", "r", "model=mlp", "mlp_width=64", "mlp_depth=1", "smoke", "max_trials=1", f"mlflow={store}", "mlflow_experiment=real", "--json"]
-    assert main(argv) == 0
+    job = autotune.job_from_dict("r", {"model": "mlp", "mlp_width": 64, "mlp_depth": 1, "smoke": True, "max_trials": 1,
+                                       "mlflow": store, "mlflow_experiment": "real"})
+    outcome = autotune.tune(job, runs_dir=in_tmp / "runs")
     out, err = capfd.readouterr()
-    result = json.loads(out)
-    assert "MLflow" not in err and "Warning" not in err, err
+    result = json.loads(text(tune_result(job, outcome, outcome.best_config)))  # what `--json` prints
+    assert "MLflow" not in out + err and "Warning" not in out + err, err
     folder = RunFolder(in_tmp / "runs", "r")
     records = folder.read_experiments()
     parent, children = tracked(store, "real")
@@ -151,7 +154,8 @@ def test_a_store_that_does_not_answer_is_one_warning_and_the_tune_completes(in_t
         port = probe.getsockname()[1]
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     table_executor(monkeypatch, TableExecutor(FACTORS))
-    assert main(["tune", "r", "model=mlp", "max_trials=2", f"mlflow=http://127.0.0.1:{port}"]) == 0
+    autotune.tune(autotune.job_from_dict("r", {"model": "mlp", "max_trials": 2, "mlflow": f"http://127.0.0.1:{port}"}),
+                  runs_dir=in_tmp / "runs")
     err = capfd.readouterr().err
     warnings = [line for line in err.splitlines() if "MLflow" in line]
     assert len(warnings) == 1 and f"127.0.0.1:{port} stopped; the tune goes on" in warnings[0], err
@@ -168,7 +172,7 @@ def test_without_the_client_the_key_is_one_line_exit_2_and_the_variable_a_warnin
     # Set for other tools, the variable does not stop a tune: it runs untracked, saying so once.
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///mlflow.db")
     table_executor(monkeypatch, TableExecutor(FACTORS))
-    assert main(["tune", "r", "model=mlp", "max_trials=1"]) == 0
+    autotune.tune(autotune.job_from_dict("r", {"model": "mlp", "max_trials": 1}), runs_dir=in_tmp / "runs")
     err = capfd.readouterr().err
     assert [line for line in err.splitlines() if "mlflow" in line.lower()] == [
         'autotune: MLFLOW_TRACKING_URI=sqlite:///mlflow.db: the mlflow client is not installed; '
@@ -195,7 +199,7 @@ def test_the_experiment_goes_with_a_uri_and_job_yaml_keeps_both(in_tmp, capfd):
     assert main(["tune", "r", "model=mlp", "mlflow_experiment=x"]) == 2
     assert "mlflow_experiment goes with mlflow=URI" in capfd.readouterr().err
     _needs_mlflow()
-    job, _ = job_from_words("first", ["model=mlp", "mlflow=sqlite:///mlflow.db", "mlflow_experiment=x"])
+    job = autotune.job_from_dict("first", {"model": "mlp", "mlflow": "sqlite:///mlflow.db", "mlflow_experiment": "x"})
     (in_tmp / "job.yaml").write_text(job_yaml(job))
     again, _ = job_from_words("second", [f"config={in_tmp / 'job.yaml'}"])
     assert again == dataclasses.replace(job, run="second") and again.mlflow == "sqlite:///mlflow.db"
@@ -204,12 +208,12 @@ def test_the_experiment_goes_with_a_uri_and_job_yaml_keeps_both(in_tmp, capfd):
 def test_databricks_alone_is_a_tracking_uri(in_tmp, monkeypatch, capfd):
     """`databricks` (the default profile) is the usual value, in the key and in MLFLOW_TRACKING_URI."""
     _needs_mlflow()
-    assert job_from_words("r", ["model=mlp", "mlflow=databricks"])[0].mlflow == "databricks"
-    assert job_from_words("r", ["model=mlp", "mlflow=databricks://team"])[0].mlflow == "databricks://team"
+    assert autotune.job_from_dict("r", {"model": "mlp", "mlflow": "databricks"}).mlflow == "databricks"
+    assert autotune.job_from_dict("r", {"model": "mlp", "mlflow": "databricks://team"}).mlflow == "databricks://team"
     from autotune.output.tracking import trackers_for
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "databricks")
-    job, _ = job_from_words("r", ["model=mlp"])
+    job = autotune.job_from_dict("r", {"model": "mlp"})
     assert [tracker.uri for tracker in trackers_for(job)] == ["databricks"]
     assert capfd.readouterr().err == ""
 
@@ -226,7 +230,7 @@ def test_a_password_in_the_uri_is_never_printed_written_to_job_yaml_or_logged(in
         port = probe.getsockname()[1]
     uri = f"http://me:s3cret@127.0.0.1:{port}"
     table_executor(monkeypatch, TableExecutor(FACTORS))
-    assert main(["tune", "r", "model=mlp", "max_trials=1", f"mlflow={uri}"]) == 0
+    autotune.tune(autotune.job_from_dict("r", {"model": "mlp", "max_trials": 1, "mlflow": uri}), runs_dir=in_tmp / "runs")
     err = capfd.readouterr().err
     assert "s3cret" not in err and f"MLflow tracking at http://me:***@127.0.0.1:{port} stopped" in err, err
     folder = in_tmp / "runs" / "r"
@@ -244,7 +248,7 @@ def test_credential_flags_of_script_args_reach_the_store_hidden(in_tmp):
     """`--hub_token X` in script_args: the store's params and its job.yaml hold ***, the run folder's the value."""
     from autotune.output.tracking import job_params
 
-    job, _ = job_from_words("r", ["model=mlp"])
+    job = autotune.job_from_dict("r", {"model": "mlp"})
     job = dataclasses.replace(job, script="train.py", script_args="--hub_token s3cret --tokenizer_name gpt2 "
                                                                   "--api-key=k3y password=pw --lr 1e-4")
     shown = "--hub_token *** --tokenizer_name gpt2 --api-key=*** password=*** --lr 1e-4"
@@ -269,8 +273,6 @@ def test_a_failure_writing_the_report_ends_the_parent_failed(in_tmp, store, monk
 
 
 def test_a_tracked_tune_leaves_the_callers_environment_as_it_was(in_tmp, store, monkeypatch):
-    import autotune
-
     for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
         monkeypatch.delenv(name, raising=False)
     before = dict(os.environ)

@@ -55,15 +55,15 @@ class TableExecutor:
         return {"state": "complete", "reason": "", "measurement": measurement, "wall_s": 1.0}
 
 
-def tune(tmp_path, executor, *words):
-    tuner = Tuner(tiny_job(*words), executor, tmp_path)
+def tune(tmp_path, executor, **keys):
+    tuner = Tuner(tiny_job(**keys), executor, tmp_path)
     return tuner, tuner.run()
 
 
-def tune_on_floor(tmp_path, executor, *words):
+def tune_on_floor(tmp_path, executor, **keys):
     """The keep rule before issue 19 (the interval clears the baseline's A/A floor, two extra pairs at
     most), still selectable so bench.extra_pairs can compare it with the sequential rule."""
-    tuner = Tuner(tiny_job(*words), executor, tmp_path)
+    tuner = Tuner(tiny_job(**keys), executor, tmp_path)
     tuner.steps = dataclasses.replace(tuner.steps, keep_rule="floor", extra_pairs=2)
     return tuner, tuner.run()
 
@@ -89,7 +89,7 @@ def test_a_real_gain_a_noisy_floor_would_throw_away_is_measured_again_and_kept(t
     # Baseline repeats at 10.0, 10.5, 9.5, then quiet runs: a floor from the three would hide the 5% gain;
     # the spread pooled over every group of runs shrinks as the trial adds pairs, and it is kept.
     executor = TableExecutor({("padding", "padding_free"): 1.05}, jitter=[1.0, 1.05, 0.95])
-    _, outcome = tune(tmp_path, executor, "max_trials=1")
+    _, outcome = tune(tmp_path, executor, max_trials=1)
     record = outcome.records[1]
     assert record["decision"] == "keep" and len(record["measurements"]) > 2
     assert record["ratio"] == pytest.approx(1.05, rel=0.02) and "clears the noise" in record["reason"]
@@ -113,7 +113,7 @@ def test_a_comparison_two_pairs_leave_open_gets_more_before_it_is_decided(tmp_pa
     # incumbent came out fast again and a fourth pair could no longer clear the floor.
     jitter = [1.0, 1.03, 0.97] + [1.0, 1.0, 1.0, 1.2] + later
     executor = TableExecutor({("padding", "padding_free"): 1.25}, jitter=jitter)
-    _, outcome = tune_on_floor(tmp_path, executor, "max_trials=1")
+    _, outcome = tune_on_floor(tmp_path, executor, max_trials=1)
     record = outcome.records[1]
     assert record["change"] == "padding=padding_free" and record["decision"] == decision
     assert f"(95%, {pairs} vs {pairs} runs)" in record["reason"] and len(record["measurements"]) == pairs
@@ -130,7 +130,7 @@ def test_an_extra_run_that_fails_ends_the_trial_in_its_state(tmp_path):
 
     jitter = [1.0, 1.03, 0.97] + [1.0, 1.0, 1.0, 1.2] + [1.0] * 4
     executor = OomOnThirdCandidate({("padding", "padding_free"): 1.25}, jitter=jitter)
-    tuner, outcome = tune(tmp_path, executor, "max_trials=1")
+    tuner, outcome = tune(tmp_path, executor, max_trials=1)
     record = outcome.records[1]
     assert record["state"] == "oom" and record["decision"] == "discard"
     assert record["reason"].startswith("an extra run ended oom: out of memory")
@@ -141,7 +141,7 @@ def test_more_pairs_are_not_spent_where_they_could_not_decide(tmp_path):
     # The second incumbent run 25% fast: even four pairs at this spread would leave the interval inside
     # the floor, so it is decided on two.
     executor = TableExecutor({("padding", "padding_free"): 1.25}, jitter=[1.0, 1.03, 0.97, 1.0, 1.0, 1.0, 1.25])
-    _, outcome = tune_on_floor(tmp_path, executor, "max_trials=1")
+    _, outcome = tune_on_floor(tmp_path, executor, max_trials=1)
     record = outcome.records[1]
     assert record["decision"] == "discard" and "(95%, 2 vs 2 runs)" in record["reason"]
     assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 4
@@ -149,7 +149,7 @@ def test_more_pairs_are_not_spent_where_they_could_not_decide(tmp_path):
 
 def test_a_clear_gain_is_decided_on_two_pairs(tmp_path):
     executor = TableExecutor({("padding", "padding_free"): 1.25}, jitter=[1.0, 1.03, 0.97])
-    _, outcome = tune(tmp_path, executor, "max_trials=1")
+    _, outcome = tune(tmp_path, executor, max_trials=1)
     assert outcome.records[1]["decision"] == "keep" and len(outcome.records[1]["measurements"]) == 2
     assert len([s for s in executor.specs if s["kind"] == "trial"]) == 3 + 4
 
@@ -189,7 +189,7 @@ def test_failed_trials_are_recorded_and_the_loop_goes_on(tmp_path):
 
 
 def test_max_trials_is_respected_and_records_are_schema_valid(tmp_path):
-    tuner, outcome = tune(tmp_path, TableExecutor({}), "max_trials=3")
+    tuner, outcome = tune(tmp_path, TableExecutor({}), max_trials=3)
     assert len(outcome.records) == 4 and outcome.stop_reason == "max_trials=3 reached"
     records = RunFolder(tmp_path, "t").read_experiments()  # validates every line
     assert [r["trial"] for r in records] == [0, 1, 2, 3]
@@ -211,7 +211,7 @@ def test_a_baseline_that_cannot_run_stops_the_run_with_its_reason(tmp_path):
 
 
 def test_only_lets_autotune_change_just_the_named_knobs(tmp_path):
-    job = tiny_job("max_trials=6", "only=per_device_train_batch_size,attn_implementation")
+    job = tiny_job(max_trials=6, only=["per_device_train_batch_size", "attn_implementation"])
     tuner = Tuner(job, TableExecutor({("padding", "padding_free"): 3.0, ("attn_implementation", "sdpa"): 1.5}),
                   tmp_path)
     outcome = tuner.run()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from conftest import tiny_job
 from test_tuner import FRAME, TableExecutor
 
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.loop.tuner import Tuner, runner_for
 
 
@@ -38,7 +38,7 @@ def test_changes_the_frame_rules_out_are_not_tried(tmp_path):
 
 
 def test_the_runner_follows_the_job():
-    assert runner_for(job_from_words("m", ["model=mlp"])[0]) == "mlp"
+    assert runner_for(job_from_dict("m", {"model": "mlp"})) == "mlp"
     assert runner_for(tiny_job()) == "hf"
 
 
@@ -56,7 +56,7 @@ def test_an_allowed_resolution_cap_is_kept_without_parity_and_later_changes_are_
         return {**result, "frame": vlm_frame} if spec["kind"] == "frame" else result
 
     executor.run = vlm_run
-    outcome = Tuner(tiny_job("allow_image_resize=true", "only=max_image_pixels,attn_implementation"), executor,
+    outcome = Tuner(tiny_job(allow_image_resize=True, only=["max_image_pixels", "attn_implementation"]), executor,
                     tmp_path).run()
     records = {r["change"]: r for r in outcome.records}
     capped = records["max_image_pixels=200704"]
@@ -72,7 +72,7 @@ CUDA_DEVICE = {"kind": "cuda", "cpu_count": 4, "bf16": True, "tf32": True, "comp
                "peaks": {"fingerprint": "test gpu", "matmul_flops": {"fp32": 5e13}, "copy_bytes_per_s": 1e12}}
 
 
-def _optim_tune(tmp_path, *words):
+def _optim_tune(tmp_path, **keys):
     """An MLP job (its frame names no numerics limits) on a CUDA card with bitsandbytes: only optim moves."""
     executor = LimitedFrame([], {("optim", "adamw_bnb_8bit"): 1.5, ("optim", "adamw_torch_fused"): 1.1})
     run = executor.run
@@ -82,7 +82,7 @@ def _optim_tune(tmp_path, *words):
         return {**result, "frame": {**result["frame"], "device": CUDA_DEVICE}} if spec["kind"] == "frame" else result
 
     executor.run = cuda_run
-    job = job_from_words("m", ["model=mlp", "smoke", "only=optim", *words])[0]
+    job = job_from_dict("m", {"model": "mlp", "smoke": True, "only": "optim", **keys})
     return Tuner(job, executor, tmp_path).run()
 
 
@@ -91,5 +91,5 @@ def test_an_mlp_job_tries_no_8bit_optimizer_without_the_opt_in_and_does_with_it(
     tried = {r["change"] for r in outcome.records}
     assert "optim=adamw_bnb_8bit" not in tried and "optim=adamw_torch_fused" in tried
     assert "allow_numerics_change=true" in dict(outcome.skipped)["optim=adamw_bnb_8bit"]
-    allowed = _optim_tune(tmp_path / "allowed", "allow_numerics_change=true")
+    allowed = _optim_tune(tmp_path / "allowed", allow_numerics_change=True)
     assert "optim=adamw_bnb_8bit" in {r["change"] for r in allowed.records}

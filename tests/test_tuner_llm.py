@@ -18,10 +18,10 @@ CLAIM = {"knob": "optim", "value": "adamw_torch_fused", "direction": "helps", "r
          "condition": "device_kind == cpu", "statement": "the fused optimizer saves launches"}
 
 
-def _run(tmp_path, monkeypatch, server, *words):
+def _run(tmp_path, monkeypatch, server):
     monkeypatch.setenv("OPENAI_BASE_URL", server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    job = tiny_job("max_trials=3", "llm=stub-model", "llm_timeout=1s", *words)
+    job = tiny_job(max_trials=3, llm="stub-model", llm_timeout="1s")
     tuner = Tuner(job, TableExecutor({("optim", "adamw_torch_fused"): 1.6, ("padding", "padding_free"): 2.0}),
                   tmp_path)
     outcome = tuner.run()

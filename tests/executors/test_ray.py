@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any
 from pathlib import Path
 
 import psutil
@@ -39,7 +40,7 @@ from autotune.loop.tuner import Tuner  # noqa: E402
 pytestmark = pytest.mark.slow
 MODEL = "FAKE"
 SLEEP_S = 0.4  # each measurement holds its GPU this long, so that running two at once shows
-NOTHING_KEPT = "dataloader_num_workers,attn_implementation,optim"
+NOTHING_KEPT = ["dataloader_num_workers", "attn_implementation", "optim"]
 # The table travels to the actors by value: the nodes cannot import the tests.
 ray.cloudpickle.register_pickle_by_value(table_outcomes)
 
@@ -125,10 +126,10 @@ def cluster(tmp_path_factory):
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _tune(root: Path, run: str, executor, monkeypatch, *words: str):
+def _tune(root: Path, run: str, executor, monkeypatch, **keys: Any):
     (root / "kb").mkdir(parents=True)
     monkeypatch.setenv("AUTOTUNE_KB", str(root / "kb"))  # each tune from the shipped priors alone
-    tuner = Tuner(tiny_job(*words, run=run), executor, root)
+    tuner = Tuner(tiny_job(run=run, **keys), executor, root)
     begun = time.monotonic()
     original = tuner.begin
 
@@ -210,9 +211,9 @@ def test_host_ray_takes_the_address_from_RAY_ADDRESS(cluster, monkeypatch):
     executor = get_executor("ray")
     assert isinstance(executor, RayExecutor) and executor.address == cluster["address"]
     assert get_executor("ray://10.0.0.9:10001").address == "ray://10.0.0.9:10001"
-    assert tiny_job("host=ray").host == "ray" and tiny_job("host=ray://10.0.0.9:10001").host.startswith("ray://")
+    assert tiny_job(host="ray").host == "ray" and tiny_job(host="ray://10.0.0.9:10001").host.startswith("ray://")
     with pytest.raises(JobError, match="host='ray://head'"):
-        tiny_job("host=ray://head")
+        tiny_job(host="ray://head")
     with pytest.raises(AutotuneError, match="nothing answers at 127.0.0.1:1"):
         RayExecutor("127.0.0.1:1").connect()  # in seconds, where Ray would retry for minutes
 
@@ -282,7 +283,7 @@ def test_a_node_killed_mid_trial_is_a_crash_and_the_tune_finishes(cluster, tmp_p
     killer = threading.Thread(target=kill_when_doomed, daemon=True)
     killer.start()
     # Nothing is kept here, so the speculative trial on the doomed node is committed as it ran.
-    _, outcome, _, _ = _tune(tmp_path / "lost", "c", executor, monkeypatch, f"only={NOTHING_KEPT}")
+    _, outcome, _, _ = _tune(tmp_path / "lost", "c", executor, monkeypatch, only=NOTHING_KEPT)
     killer.join(timeout=5)
     crashed = [r for r in outcome.records if r["state"] == "crash"]
     assert len(crashed) == 1 and "lost mid-trial" in crashed[0]["reason"], [r["reason"] for r in outcome.records]

@@ -8,6 +8,7 @@ from conftest import make_spec, run_runner, tiny_job
 
 from autotune.probes import parity
 from autotune.schemas import validate
+from autotune.workloads.jobs import job_from_dict
 
 
 def test_frame_sizes_up_device_model_and_data(tmp_path, framed):
@@ -53,7 +54,7 @@ def test_trial_measures_throughput_memory_and_parity_losses(tmp_path, framed):
 
 def test_a_worst_case_batch_over_the_memory_limit_is_oom_without_being_timed(tmp_path, framed):
     framed()
-    job = tiny_job("mem_limit=64MiB")
+    job = tiny_job(mem_limit="64MiB")
     result = run_runner(tmp_path, make_spec(tmp_path, job=job, ceiling=True), "ceiling")
     assert result["state"] == "oom", result
     assert "worst-case batch" in result["reason"] and "GiB" in result["reason"]
@@ -86,7 +87,7 @@ def test_leaking_padding_free_fails_parity(tmp_path, framed):
 
 
 def test_lora_trains_only_adapters(tmp_path, framed):
-    job = tiny_job("method=lora")
+    job = tiny_job(method="lora")
     frame = framed(job)
     assert 0 < frame["model"]["trainable_params"] < frame["model"]["params"] / 2
     result = run_runner(tmp_path, make_spec(tmp_path, job=job), "lora")
@@ -109,9 +110,7 @@ def test_text_file_dataset_and_local_model_folder(tmp_path):
     config = Qwen2Config(vocab_size=raw.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    from autotune.workloads.jobs import job_from_words
-
-    job, _ = job_from_words("t", [f"model={folder}", f"dataset={data}", "max_len=32", "effective_batch=4"])
+    job = job_from_dict("t", {"model": str(folder), "dataset": str(data), "max_len": 32, "effective_batch": 4})
     frame_spec = make_spec(tmp_path, "frame", job=job)
     frame_spec["job"]["smoke"] = False  # CUDA_VISIBLE_DEVICES is empty in run_runner: this stays on the CPU
     frame = run_runner(tmp_path, frame_spec, "frame")
@@ -149,9 +148,7 @@ def test_parity_reads_with_dropout_off_and_the_timed_steps_keep_it(tmp_path):
     config = GPT2Config(vocab_size=512, n_positions=64, n_embd=32, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=2)
     assert config.resid_pdrop == config.attn_pdrop == config.embd_pdrop == 0.1
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    from autotune.workloads.jobs import job_from_words
-
-    job, _ = job_from_words("t", [f"model={folder}", "dataset=synthetic", "max_len=32", "effective_batch=4"])
+    job = job_from_dict("t", {"model": str(folder), "dataset": "synthetic", "max_len": 32, "effective_batch": 4})
     frame = run_runner(tmp_path, make_spec(tmp_path, "frame", job=job), "frame")
     assert frame["state"] == "complete", frame
     results = {micro: run_runner(tmp_path, make_spec(tmp_path, job=job, knobs=job.start.with_change(

@@ -9,12 +9,13 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from autotune.workloads.hf.export import yaml_text
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import Knobs
 from autotune.workloads.hf import realize as child
 from autotune.engine.data import read_rows, synthetic_rows, write_rows
@@ -34,9 +35,9 @@ def trl_or_skip() -> str:
         pytest.skip(f"no `trl` console script here ({missing.reason})")
 
 
-def run_folder(tmp_path: Path, *words: str, best: Knobs = DEMO_BEST) -> tuple[dict, dict]:
+def run_folder(tmp_path: Path, best: Knobs = DEMO_BEST, **keys: Any) -> tuple[dict, dict]:
     """A demo-shaped run folder (its config and rows, as a frame writes them) and the hand-over's files."""
-    job, _ = job_from_words("demo", ["smoke", *words])
+    job = job_from_dict("demo", {"smoke": True, **keys})
     run = tmp_path / "runs" / "demo"
     run.mkdir(parents=True)
     config, _ = resolve_config(job.to_dict())
@@ -91,7 +92,7 @@ def test_the_baseline_runs_and_a_file_trl_refuses_gives_way_to_it(tmp_path):
 
 def test_a_lora_jobs_file_trains_the_adapter_the_trials_trained(tmp_path):
     trl_or_skip()
-    spec, result = run_folder(tmp_path, "method=lora")
+    spec, result = run_folder(tmp_path, method="lora")
     done = trl_sft(Path(spec["run_path"]) / "best_config.yaml", tmp_path / "out")
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     adapter = json.loads((tmp_path / "out" / "adapter_config.json").read_text())
@@ -103,8 +104,8 @@ def test_a_lora_jobs_file_trains_the_adapter_the_trials_trained(tmp_path):
 
 def test_a_vlm_lora_file_names_the_language_model_layers_the_trials_adapted(tmp_path):
     # peft's "all-linear" would also adapt the vision tower and projector, which the trials kept frozen.
-    job, _ = job_from_words("vlm", ["smoke", "model=tiny-qwen2-vl", "dataset=synthetic", "max_len=256",
-                                    "effective_batch=2", "method=lora"])
+    job = job_from_dict("vlm", {"smoke": True, "model": "tiny-qwen2-vl", "dataset": "synthetic", "max_len": 256,
+                                "effective_batch": 2, "method": "lora"})
     run = tmp_path / "runs" / "vlm"
     run.mkdir(parents=True)
     config, _ = resolve_config(job.to_dict())

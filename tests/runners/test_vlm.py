@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import NAIVE_START, Knobs
 from autotune.config.presets import PRESETS
 from autotune.workloads.vlm.images import build_rows, load_image_examples, synthetic_examples, SYNTHETIC_SIZES
@@ -133,13 +133,13 @@ def test_a_resolution_cap_rewrites_the_image_blocks_to_match_the_processor():
     assert vision.resize_row(row, [(768, 1024)], above) == row
 
 
-VLM_WORDS = ["model=tiny-qwen2-vl", "dataset=synthetic", "max_len=160", "effective_batch=4", "smoke"]
+VLM_JOB = {"model": "tiny-qwen2-vl", "dataset": "synthetic", "max_len": 160, "effective_batch": 4, "smoke": True}
 
 
 @pytest.fixture(scope="module")
 def vlm_frame(tmp_path_factory):
     folder = tmp_path_factory.mktemp("vlm-frame")
-    job, _ = job_from_words("v", VLM_WORDS)
+    job = job_from_dict("v", VLM_JOB)
     result = run_runner(folder, make_spec(folder, "frame", job=job, rows_needed=16), "frame")
     assert result["state"] == "complete", result
     return job, folder, result["frame"]

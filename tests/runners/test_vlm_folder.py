@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import Knobs
 from autotune.config.presets import PRESETS
 from autotune.workloads.vlm.images import ImageStore
@@ -94,8 +94,8 @@ def folder_frame(request, tmp_path_factory):
     model = tmp_path_factory.mktemp(f"{preset}-checkpoint")
     _save_folder(preset, model)
     folder = tmp_path_factory.mktemp(f"{preset}-run")
-    job, _ = job_from_words("f", [f"model={model}", "dataset=synthetic", f"max_len={MAX_LEN[preset]}",
-                                  "effective_batch=4", "weights=random"])
+    job = job_from_dict("f", {"model": str(model), "dataset": "synthetic", "max_len": MAX_LEN[preset],
+                              "effective_batch": 4, "weights": "random"})
     assert not job.smoke
     result = run_runner(folder, make_spec(folder, "frame", job=job, rows_needed=ROWS), "frame")
     assert result["state"] == "complete", result

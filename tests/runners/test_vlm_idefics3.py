@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import NAIVE_START, Knobs
 from autotune.config.presets import PRESETS, preset_for_architecture
 from autotune.engine.batching import IGNORE, collate
@@ -101,11 +101,11 @@ def test_a_micro_batch_of_rows_with_different_tile_counts_matches_each_row_alone
     assert targets and not set(targets) & vision.block_ids
 
 
-WORDS = ["model=tiny-idefics3", "dataset=synthetic", "max_len=112", "effective_batch=4", "smoke"]
+JOB = {"model": "tiny-idefics3", "dataset": "synthetic", "max_len": 112, "effective_batch": 4, "smoke": True}
 
 
 def test_idefics3_rows_train_through_the_runner_in_micro_batches(tmp_path):
-    job, _ = job_from_words("i", WORDS)
+    job = job_from_dict("i", JOB)
     frame = run_runner(tmp_path, make_spec(tmp_path, "frame", job=job, rows_needed=12), "frame")
     assert frame["state"] == "complete", frame
     assert frame["frame"]["model"]["model_type"] == "idefics3"

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import NAIVE_START, Knobs
 from autotune.config.presets import PRESETS
 from autotune.probes import parity
@@ -27,8 +27,8 @@ FP32 = parity.tolerance("fp32", "fp32")
 @pytest.fixture(scope="module", params=list(JOBS))
 def packed_frame(request, tmp_path_factory):
     folder = tmp_path_factory.mktemp(f"pack-{request.param}")
-    job, _ = job_from_words("p", [f"model={request.param}", "dataset=synthetic", f"max_len={JOBS[request.param]}",
-                                  "effective_batch=4", "smoke"])
+    job = job_from_dict("p", {"model": request.param, "dataset": "synthetic", "max_len": JOBS[request.param],
+                              "effective_batch": 4, "smoke": True})
     result = run_runner(folder, make_spec(folder, "frame", job=job, rows_needed=12), "frame")
     assert result["state"] == "complete", result
     return job, folder, result["frame"]

@@ -10,12 +10,12 @@ import pytest
 import autotune.cli.main as cli
 from autotune import schemas
 from autotune.config.job import Job
-from autotune.workloads.jobs import job_from_words
+from autotune.workloads.jobs import job_from_dict
 from autotune.workloads.script import probe
 
 SCRIPT = "import yaml\ncfg = yaml.safe_load(open('own.yaml'))\n"
 OWN = "micro_bsz: 2\naccum: 4\nctx: 64\neval:\n  batch_size: 16\nlr: 0.001\n"
-MAPPED = "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps,ctx:max_len"
+MAPPED = ["micro_bsz:per_device_train_batch_size", "accum:gradient_accumulation_steps", "ctx:max_len"]
 
 
 @pytest.fixture()
@@ -35,7 +35,7 @@ def tune(capsys, *words: str) -> tuple[int, list[str]]:
 
 
 def test_the_scripts_own_names_become_the_knobs_and_the_job_keeps_them(project):
-    job, _ = job_from_words("own", ["script=own.py", "script_configs=own.yaml", MAPPED, "smoke"])
+    job = job_from_dict("own", {"script": "own.py", "script_configs": "own.yaml", "script_knobs": MAPPED, "smoke": True})
     # micro_bsz beats eval.batch_size, which the built-in names would have read as the micro-batch.
     assert (job.start.per_device_train_batch_size, job.effective_batch, job.max_len) == (2, 8, 64)
     stored = job.to_dict()
