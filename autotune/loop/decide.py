@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from ..kb.claims import Claim
 from ..config.knobs import Knobs
 from ..reasoner import Hypothesis, key, pooled
-from ..reasoner.links import incumbents, reverts, undecided_pair, unrefuted
+from ..reasoner.links import WARM, combined_kept, incumbents, reverts, undecided_pair, unrefuted
 from ..reasoner.surrogate import proposals
 
 Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothesis], list[tuple[str, str]]]]
@@ -34,9 +34,9 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: list[di
                     floor: float, allowed: Allowed, skipped: list[tuple[str, str]]) -> tuple[list[Hypothesis], str | None]:
     """The hypotheses to try, best first, and (when there are none) why the search stops."""
     claims = list(claims)
-    undo = allowed(reverts(incumbent, records, measured, device, effective_batch), [])[0]
-    hypotheses = undo + [h for h in unrefuted(ranked, incumbent, records, claims, skipped)
-                         if h.change not in {u.change for u in undo}]
+    undo = allowed(reverts(incumbent, records, measured, device, effective_batch, claims, features), [])[0]
+    singles = [h for h in unrefuted(ranked, incumbent, records, claims, skipped) if h.change not in {u.change for u in undo}]
+    hypotheses = _with_undo(undo, singles, records)
     if hypotheses:
         return hypotheses, None
     combined = pooled(incumbent, records, device, effective_batch, measured)
@@ -57,6 +57,21 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: list[di
     best = proposed[0]
     return [], (f"the best proposal left ({best.change}) expects an improvement of x{math.exp(best.score):.4f}, "
                 f"below the {floor:.2%} noise floor")
+
+
+def _with_undo(undo: list[Hypothesis], singles: list[Hypothesis], records: list[dict[str, Any]]) -> list[Hypothesis]:
+    """The undo trials of a kept combined change, placed among the single changes. A pooled change's
+    parts each measured faster here, within the noise: they are checked first. A warm start's parts
+    were never measured on this job, but its whole measured faster than the user's config beyond the
+    noise: each part is presumed to help here, and undoing it waits until the single changes on top
+    are spent, unless the beliefs say the undo helps here (links.undo_score: P(helps) over a half,
+    padding_free where rows are all one length); then it is ranked among them by its score."""
+    found = combined_kept(records)
+    if not undo or found is None or (found[1].get("hypothesis") or {}).get("source") not in WARM:
+        return undo + singles
+    believed = [h for h in undo if h.p_helps > 0.5]
+    ranked = sorted(believed + singles, key=lambda h: -h.score)  # stable: ties keep the ranking's order
+    return ranked + [h for h in undo if h not in believed]
 
 
 def _undecided(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str, Any], effective_batch: int,
@@ -86,6 +101,11 @@ def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], me
         return None
     cold = first()
     if cold is None:
+        return None
+    # The check is a trial only where the cold first step could beat the warm start: when the warm
+    # start already measured more over the user's config than the beliefs expect of that step even if
+    # it helps, the check is expected to lose and the trial goes to what could improve the warm start.
+    if (kept[0].get("ratio") or 0.0) >= cold.expected_ratio:
         return None
     target = cold.apply(start)
     changes = [(knob, value) for knob, (_, value) in incumbent.diff(target).items()]

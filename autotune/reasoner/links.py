@@ -15,12 +15,14 @@ known). It is re-tried once an incumbent differs in a linked knob: the loss may 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 from ..kb.claims import Claim
 from ..config.knobs import Knobs, not_applicable
 from .combine import repaired
-from .rank import Hypothesis, key
+from .rank import (CATALOG_ORDER, EXPLORATION, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY, Hypothesis, _cost, _enabling,
+                   _weight, key)
 
 INTERACTIONS: frozenset[frozenset[str]] = frozenset(frozenset(pair) for pair in (
     ("attn_implementation", "padding"),
@@ -111,20 +113,34 @@ def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: list[dict
     return kept
 
 
-def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple], device: dict[str, Any],
-            effective_batch: int) -> list[Hypothesis]:
-    """After a combined change was kept (a warm start, a pooled change), each of its parts undone on
-    its own: it was judged only together with the others, and one of them may cost here what the
-    rest gain (a warm start's padding from another job's data)."""
-    from .rank import CATALOG_ORDER, key
+WARM = ("warm_start", "warm_check")
 
+
+def combined_kept(records: list[dict[str, Any]]) -> tuple[Knobs, dict[str, Any]] | None:
+    """(the incumbent before, record) of the trial that made the current incumbent, when it was a
+    combined change whose parts were never measured alone here (a warm start, its check, a pooled
+    change); None otherwise."""
     kept = [(before, record) for before, record in incumbents(records) if record["decision"] == "keep"]
     if not kept:
-        return []
-    before, record = kept[-1]  # the trial that made this incumbent
+        return None
+    before, record = kept[-1]
     source = (record.get("hypothesis") or {}).get("source")
-    if source not in ("warm_start", "warm_check", "pooled") or "+" not in (record["change"] or ""):
+    if source not in (*WARM, "pooled") or "+" not in (record["change"] or ""):
+        return None
+    return before, record
+
+
+def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple], device: dict[str, Any],
+            effective_batch: int, claims: Iterable[Claim] = (), features: dict[str, Any] | None = None) -> list[Hypothesis]:
+    """After a combined change was kept (a warm start, a pooled change), each of its parts undone on
+    its own: it was judged only together with the others, and one of them may cost here what the
+    rest gain (a warm start's padding from another job's data). Each is scored by the beliefs
+    (`undo_score`), so the loop can rank a warm start's undo trials against the single changes."""
+    found = combined_kept(records)
+    if found is None:
         return []
+    before, record = found
+    claims = [c for c in claims if c.active]
     order = [knob for knob, _ in CATALOG_ORDER]
     out = []
     for knob, (value, _) in sorted(before.diff(incumbent).items(),
@@ -132,11 +148,46 @@ def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple
         changes = repaired(incumbent, ((knob, value),), device, effective_batch)
         if changes is None or not_applicable(knob, value, incumbent, device, effective_batch):
             continue
+        p, ratio, cost, score, ids, why = undo_score(knob, value, incumbent, claims, features or {},
+                                                     order.index(knob) if knob in order else len(order))
         hypothesis = Hypothesis(knob, value, f"undo {knob} of the combined change kept in trial {record['trial']}: "
-                                "it was measured only together with the others", also=changes[1:], source="revert")
+                                f"it was measured only together with the others; {why}", p_helps=p,
+                                expected_ratio=ratio, cost=cost, score=score, claims=ids, also=changes[1:],
+                                source="revert")
         if key(hypothesis.apply(incumbent)) not in measured:
             out.append(hypothesis)
     return out
+
+
+def undo_score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features: dict[str, Any],
+               order: int) -> tuple[float, float, float, float, tuple[str, ...], str]:
+    """P(helps), expected ratio, cost, score, claim ids and why, for setting `knob` back to `value`
+    from the incumbent's: as rank.score does for a single change, from the claims about this change
+    and, turned around, those about the change being undone (a claim that padding_free helps here is
+    one that going back to max_length does not). Without any claim it is an unknown, as in rank."""
+    now = getattr(incumbent, knob)
+    direct = [c for c in claims if not _enabling(c) and c.matches(knob, value, now, features)]
+    undone = [c for c in claims if not _enabling(c) and c not in direct and c.matches(knob, now, value, features)]
+    # (claim, says the undo helps, ratio of the undo if that side holds)
+    sides = [(c, c.direction == "helps", c.expected_ratio) for c in direct] + \
+            [(c, c.direction == "hurts", 1 / c.expected_ratio) for c in undone]
+    if not sides:
+        p, ratio, uncertainty = 0.5, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY
+        why = "no claim speaks of it here"
+    else:
+        weights = [_weight(c) for c, _, _ in sides]
+        total = sum(weights)
+        p = sum(w * (c.confidence if helps else 1 - c.confidence) for w, (c, helps, _) in zip(weights, sides)) / total
+        uncertainty = sum(w * c.uncertainty for w, (c, _, _) in zip(weights, sides)) / total
+        gains = [(w, r) for w, (_, helps, r) in zip(weights, sides) if helps and r > 1]
+        ratio = math.exp(sum(w * math.log(r) for w, r in gains) / sum(w for w, _ in gains)) if gains else UNKNOWN_RATIO
+        why = "; ".join([f"{c.id} says {c.change} {c.direction} here (confidence {c.confidence:.2f})" for c in direct]
+                        + [f"{c.id} says {c.change} {c.direction} (confidence {c.confidence:.2f}): its undo "
+                           f"{'helps' if c.direction == 'hurts' else 'does not'}" for c in undone])
+    optimistic = min(1.0, p + EXPLORATION * uncertainty)
+    cost = _cost(knob, optimistic)
+    score = optimistic * math.log(max(ratio, 1.0001)) / cost - order * 1e-9
+    return p, ratio, cost, score, tuple(c.id for c, _, _ in sides), why
 
 
 def undecided_pair(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
