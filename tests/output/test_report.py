@@ -1,4 +1,4 @@
-"""What a user reads besides the config files: results.tsv and the caveats (tests/test_export.py: the files)."""
+"""What a user reads besides the config files: results.tsv and the caveats (tests/workloads/hf/test_export.py: the files)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conftest import tiny_job
-from test_tuner import TableExecutor
+from tests.loop.test_tuner import TableExecutor
 
 from autotune.output.report import best_config, write_report
 from autotune.loop.tuner import Tuner

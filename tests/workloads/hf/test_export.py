@@ -1,6 +1,6 @@
 """The hand-over files of a Hugging Face text job: what `trl sft --config` reads, and the same as kwargs.
 
-tests/runners/test_realize.py runs such files through `trl sft` itself."""
+tests/workloads/hf/test_realize.py runs such files through `trl sft` itself."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from conftest import tiny_job
-from test_tuner import TableExecutor
+from tests.loop.test_tuner import TableExecutor
 
 from autotune.cli.main import main
 from autotune.kb import Store, kb_folder

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from conftest import TINY, TINY_WORDS
-from test_tuner import TableExecutor
+from tests.loop.test_tuner import TableExecutor
 
 from autotune.workloads.jobs import job_from_dict, job_from_words
 from autotune.kb import Store, kb_folder

@@ -6,7 +6,7 @@ from autotune.output import reference
 from autotune.config.job_keys import JOB_KEYS
 from autotune.config.knobs import CATALOG
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "reference"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "reference"
 
 
 def test_the_committed_reference_pages_are_the_tables_as_they_are_now():

@@ -7,7 +7,7 @@ import json
 
 from conftest import tiny_job
 from openai_stub import OpenAIStub, change, proposal
-from test_tuner import TableExecutor
+from tests.loop.test_tuner import TableExecutor
 
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.store import Store

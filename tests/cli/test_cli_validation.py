@@ -13,7 +13,7 @@ import autotune
 from autotune.config.job_keys import JOB_KEYS
 from autotune.config.knobs import CATALOG
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VALID = {"model": "tiny-qwen2", "dataset": "synthetic", "max_len": "64", "effective_batch": "4"}
 
 

@@ -2,7 +2,7 @@
 what the command owns (a refused job creates no run folder and touches no file at all).
 
 In-process through `autotune.cli.main.main`, so the whole table runs in seconds. The inputs the ordinary
-job validation already covers (tests/test_cli_validation.py: unknown key, bad choice, indivisible
+job validation already covers (tests/cli/test_cli_validation.py: unknown key, bad choice, indivisible
 batch, ...) are not repeated here; these are the sizes, files and folders of issue 16.
 """
 

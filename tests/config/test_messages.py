@@ -26,7 +26,7 @@ from autotune.engine import common
 from autotune.workloads.mlp import runner as mlp
 from autotune.loop.trial_spec import StepBudget
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 OLD = sorted(DATA.glob("experiments_v1_*.jsonl"))
 MLP = {"model": "mlp", "mlp_width": 16, "mlp_depth": 1, "mlp_rows": 40, "max_len": 8, "effective_batch": 4,
        "smoke": True}

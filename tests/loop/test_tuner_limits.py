@@ -5,7 +5,7 @@ the job."""
 from __future__ import annotations
 
 from conftest import tiny_job
-from test_tuner import FRAME, TableExecutor
+from tests.loop.test_tuner import FRAME, TableExecutor
 
 from autotune.workloads.jobs import job_from_dict
 from autotune.loop.tuner import Tuner, runner_for

@@ -12,7 +12,7 @@ import pytest
 from autotune.workloads.script.runner import _edited
 from autotune.workloads.script import ScriptAdapter, pyconfig
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "byo_script"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "byo_script"
 
 
 @pytest.fixture()

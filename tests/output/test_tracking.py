@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_resume import FACTORS, KilledAt
-from test_tuner import TableExecutor
+from tests.loop.test_resume import FACTORS, KilledAt
+from tests.loop.test_tuner import TableExecutor
 
 import autotune
 from autotune import executors
@@ -24,7 +24,7 @@ from autotune.workloads.jobs import job_from_words
 from autotune.config.job_files import job_yaml
 from autotune.output.records import RunFolder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _needs_mlflow() -> None:
@@ -42,7 +42,7 @@ def store(tmp_path_factory) -> str:
 
 
 def table_executor(monkeypatch, executor) -> None:
-    """The tune's executor answers from the table (tests/test_tuner.py): the CLI, the loop and the
+    """The tune's executor answers from the table (tests/loop/test_tuner.py): the CLI, the loop and the
     tracking are real, the measurements instant."""
     monkeypatch.setattr(executors, "get_executor", lambda *args, **kwargs: executor)
 

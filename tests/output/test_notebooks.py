@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from conftest import tiny_job
 from nbclient import NotebookClient
-from test_tuner import TableExecutor
+from tests.loop.test_tuner import TableExecutor
 
 from autotune.output import notebook as nb
 from autotune.kb.beliefs import Beliefs
@@ -25,7 +25,7 @@ from autotune.kb.store import Store
 from autotune.output.report import best_config, write_report
 from autotune.loop.tuner import Tuner
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 PADDING_FREE = ("padding", "padding_free")
 

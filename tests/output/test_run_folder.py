@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import TINY_WORDS, tiny_job
-from test_tuner import TableExecutor
+from tests.loop.test_tuner import TableExecutor
 
 from autotune.cli.main import main
 from autotune.util.errors import JobError
@@ -26,7 +26,7 @@ from autotune.output.records import RunFolder
 from autotune.loop.tuner import Tuner
 
 FACTORS = {("padding", "padding_free"): 2.0, ("per_device_train_batch_size", 2): 1.5}
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:

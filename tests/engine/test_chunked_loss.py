@@ -71,7 +71,7 @@ def test_a_chunk_smaller_than_the_rows_is_what_runs():
 CHILD = """
 import json, sys, torch
 sys.path.insert(0, {root!r})
-from tests.runners.test_chunked_loss import _model, _knobs, _batch, VOCAB, MAX_LEN, MICRO
+from tests.engine.test_chunked_loss import _model, _knobs, _batch, VOCAB, MAX_LEN, MICRO
 from autotune.probes import memory
 from autotune.engine.train import Engine
 chunked = {chunked}

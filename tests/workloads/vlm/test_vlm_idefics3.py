@@ -40,7 +40,7 @@ def model():
 def test_hub_names_of_the_family_smoke_as_the_tiny_preset():
     assert preset_for_architecture("idefics3") == "tiny-idefics3"
     assert preset_for_architecture("huggingfacetb/smolvlm-256m-instruct") == "tiny-idefics3"
-    # SmolVLM2 checkpoints are model type smolvlm, with classes of their own (tests/runners/test_vlm_smolvlm.py).
+    # SmolVLM2 checkpoints are model type smolvlm, with classes of their own (tests/workloads/vlm/test_vlm_smolvlm.py).
     assert preset_for_architecture("huggingfacetb/smolvlm2-256m-video-instruct") == "tiny-smolvlm"
 
 

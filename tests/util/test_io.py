@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from test_records import minimal_experiment
+from tests.output.test_records import minimal_experiment
 
 from autotune.cli.main import main
 from autotune.util.io import DiskError, append_line, write_json_atomic
@@ -141,8 +141,8 @@ def test_a_change_to_several_tables_that_fails_on_the_last_keeps_none(tmp_path, 
 
 def test_a_tune_that_fills_the_disk_stops_whole_and_resumes(tmp_path, monkeypatch):
     from conftest import tiny_job
-    from test_resume import FACTORS
-    from test_tuner import TableExecutor
+    from tests.loop.test_resume import FACTORS
+    from tests.loop.test_tuner import TableExecutor
 
     from autotune.loop.tuner import Tuner
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 from conftest import tiny_job
-from test_resume import FACTORS, KilledAt, Recording
-from test_tuner import TableExecutor
+from tests.loop.test_resume import FACTORS, KilledAt, Recording
+from tests.loop.test_tuner import TableExecutor
 
 from autotune.cli.main import main
 from autotune.loop.state import LoopState
