@@ -20,13 +20,22 @@ def facts(records: list[dict]) -> list[tuple]:
 
 
 def same_figures(parallel: list[dict], serial: list[dict]) -> None:
-    """Each trial measured the same runs with the same figures. Only a one-run screen's ratio may differ:
-    it compares with the incumbent's runs on the trial's card (on a card with none yet, the incumbent's
+    """Each trial measured the same runs with the same figures. Only a one-run screen may differ: it
+    compares with the incumbent's runs on the trial's card (on a card with none yet, the incumbent's
     first paired run, measured before the verdict), not with every run of it."""
     for ours, theirs in zip(parallel, serial):
-        assert len(ours["measurements"]) == len(theirs["measurements"]), ours["trial"]
+        runs = (len(ours["measurements"]), len(theirs["measurements"]))
+        if runs[0] != runs[1]:
+            # Which slot a trial gets is whichever is free first, so a screen can read another card's
+            # handful of incumbent runs than the serial tune's and end a losing trial one run earlier or
+            # later: both discard it, and the runs both made are the same.
+            assert 1 in runs and ours["decision"] == theirs["decision"] == "discard", ours["trial"]
+            first = [(record["measurements"][0]["samples_per_s"], record["measurements"][0]["step_times_s"])
+                     for record in (ours, theirs)]
+            assert first[0] == first[1], ours["trial"]
+            continue
         assert ours["samples_per_s"] == theirs["samples_per_s"], ours["trial"]
-        assert len(ours["measurements"]) == 1 or ours["ratio"] == theirs["ratio"], ours["trial"]
+        assert runs[0] == 1 or ours["ratio"] == theirs["ratio"], ours["trial"]
 
 
 def tune(root, executor, run, monkeypatch, **keys):
