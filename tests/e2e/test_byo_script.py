@@ -146,7 +146,7 @@ def test_the_nanogpt_style_script_is_tuned_through_its_configurator(tmp_path, mo
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     config = "examples/byo_script/config/train_tiny.py"
     code = cli.main(["tune", "nano", "script=examples/byo_script/nano_train.py", f"script_args={config} --batch_size=1",
-                     "only=per_device_train_batch_size", "smoke", "max_trials=2"])
+                     "only=per_device_train_batch_size", "smoke", "max_trials=3"])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     assert hashes(tmp_path / "examples") == before
@@ -155,7 +155,8 @@ def test_the_nanogpt_style_script_is_tuned_through_its_configurator(tmp_path, mo
         assert line in out.out
     trials = records(tmp_path, "nano")
     kept = [t for t in trials if t["decision"] == "keep"]
-    # The speed-up is the product of the kept changes' ratios: micro-batch 2 alone is x1.27-1.5 on a loaded CPU.
+    # The speed-up is the product of the kept changes' ratios: micro-batch 2 alone is x1.26-1.5 on 2 cores,
+    # micro-batch 4 on top of it about x1.1, so three trials leave room for the second step to be decided.
     assert kept and math.prod(t["ratio"] for t in kept) >= 1.3, [(t["change"], t["decision"], t["ratio"]) for t in trials]
     assert all(t["parity"]["ok"] and t["parity"]["worst"] is not None for t in kept)   # compared, not skipped
     for trial in trials:   # every edit verified: the hooks saw the micro-batch and the accumulation it set
