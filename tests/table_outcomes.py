@@ -88,9 +88,12 @@ class TableSlots:
     """An executor with several fake GPUs: the parallel loop without a cluster."""
 
     def __init__(self, start: dict[str, Any], count: int, sleep_s: float = 0.0,
-                 card_speeds: tuple[float, ...] = ()) -> None:
+                 card_speeds: tuple[float, ...] = (), sleeps_s: tuple[float, ...] = ()) -> None:
         speeds = card_speeds or (1.0,) * count
-        self._slots = [TableSlot(start, i, sleep_s, speeds[i]) for i in range(count)]
+        # A slot's own wall time per run (sleeps_s) decides which slot frees first, where a test needs a
+        # trial to land on a given card whatever the machine's load.
+        sleeps = sleeps_s or (sleep_s,) * count
+        self._slots = [TableSlot(start, i, sleeps[i], speeds[i]) for i in range(count)]
 
     def slots(self) -> list[TableSlot]:
         return [s for s in self._slots if s.alive]

@@ -71,10 +71,12 @@ def test_parallel_records_what_serial_records(tmp_path, monkeypatch):
 
 def test_a_gain_tried_on_a_slower_card_is_judged_on_that_card_alone(tmp_path, monkeypatch):
     # The second card runs at 0.7 of the first: against the baseline's runs on the first card, the x1.3
-    # batch change on it would look slower after one run and be screened out.
+    # batch change on it would look slower after one run and be screened out. The first card takes 0.3 s
+    # of wall time a run, so the second is the first free when that change (trial 3) waits for a slot:
+    # with both answering at once, which one frees first is the machine's load, not the tables.
     start = tiny_job().start.to_dict()
     _, serial = tune(tmp_path / "serial", Table(start), "s", monkeypatch)
-    executor = TableSlots(start, 2, card_speeds=(1.0, 0.7))
+    executor = TableSlots(start, 2, card_speeds=(1.0, 0.7), sleeps_s=(0.3, 0.0))
     _, parallel = tune(tmp_path / "parallel", executor, "p", monkeypatch)
     assert facts(parallel.records) == facts(serial.records)
     assert parallel.best.knobs == serial.best.knobs and parallel.best.knobs.per_device_train_batch_size == 2
