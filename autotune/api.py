@@ -44,7 +44,7 @@ def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "run
         check_writable_folder(runs, f"--runs-dir {runs_dir}")  # before the run folder is made
     own = executor is None
     if executor is None:
-        executor = get_executor(job.host, job.run, job.ssh_key, job.ssh_trust_new, job.ssh_python, job.ssh_config)
+        executor = get_executor(job.host, job.run, job.ssh.key, job.ssh.trust_new, job.ssh.python, job.ssh.config)
     display = Progress(max_trials=job.max_trials, time_budget_s=job.time_budget_s)
     tuner = Tuner(job, executor, runs, display, _inject_from_env(), fresh=fresh)
     # One lock from the first write to the report: a second `tune RUN` or `resume` stops (exit 2) until then.

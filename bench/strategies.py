@@ -161,7 +161,7 @@ def learn_from(tables: list[Table], trials: int, kb: Path) -> None:
 def _job(table: Table, trials: int, kb: Path) -> Job:
     job = Job.from_dict(table.data["job"])
     return dataclasses.replace(job, run=f"bench-{table.name}", max_trials=trials, time_budget_s=None, kb=str(kb),
-                               only=tuple(table.grid), smoke=False, llm="")
+                               only=tuple(table.grid), smoke=False, llm=None)
 
 
 PEERS: dict[str, Callable[[Table, int, int], Trace]] = {

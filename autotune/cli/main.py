@@ -105,13 +105,13 @@ def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:
     from ..loop.resume import review as rewrite
 
     script = None
-    if job.script:
+    if job.script is not None:
         import shlex
 
         from ..workloads.script import ScriptAdapter
 
-        script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args), None,
-                                          job.max_len, job.effective_batch, job.script_knobs)
+        script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args), None,
+                                          job.max_len, job.effective_batch, job.script.knobs)
     outcome, config, _ = rewrite(Path(runs_dir), run, script)
     print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
           f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")

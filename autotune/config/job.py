@@ -15,32 +15,77 @@ from ..util.errors import JobError
 from .inputs import PATH_KEYS, check_path, check_word
 from .knobs import CATALOG, Knobs
 from .job_keys import JOB_KEYS, MLP_MODEL
-from .presets import DEMO_PRESET, PRESETS
+from .presets import PRESETS
 
 MODES = ("smoke", "resume", "review", "fresh")
-# model=mlp checks an install in a minute: everything but the model has a default. Its rows are
-# `max_len` features each (the MLP's input size), from a seeded generator, so dataset= is synthetic.
-MLP_DEFAULTS = {"dataset": "synthetic", "max_len": "512", "effective_batch": "64", "mlp_width": "1024",
-                "mlp_depth": "4", "mlp_rows": "8192"}
-# Its smoke run (the install check) ends within two minutes, frame and baseline included.
-MLP_SMOKE_TIME_BUDGET_S = 90
-MLP_KEYS = ("mlp_width", "mlp_depth", "mlp_rows")
-# The knobs of any PyTorch loop: all that apply to the MLP (its rows have no length, no attention, no
-# images, and it checkpoints no layers).
-MLP_KNOBS = ("per_device_train_batch_size", "precision", "torch_compile", "dataloader_num_workers",
-             "dataloader_pin_memory", "optim")
-REQUIRED = ("model", "dataset", "max_len", "effective_batch")
-# What `smoke` fills in when a key is missing: the embedded default job.
-SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512", "effective_batch": "16"}
-# A smoke run checks a setup in minutes: without `time=`, this is its budget.
+# A smoke run checks a setup in minutes: without `time=`, this is its budget (a kind may set its own).
 SMOKE_TIME_BUDGET_S = 180
-# An image-text preset's steps carry images through a vision tower and the processor: its smoke run
-# gets longer, still within five minutes.
-VLM_SMOKE_TIME_BUDGET_S = 285
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """How an SSH host is reached (the `ssh_*` keys); the defaults are plain `ssh`'s."""
+
+    key: str = ""
+    trust_new: bool = False
+    python: str = "python3"
+    config: str = ""
+
+
+@dataclass(frozen=True)
+class ScriptJob:
+    """The user's own training script (`script=`): the file, the configs it reads, its arguments, and the
+    "name:knob" pairs that say which of its settings is which knob (workloads/script/names.py)."""
+
+    path: str
+    configs: tuple[str, ...] = ()
+    args: str = ""
+    knobs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class MlpShape:
+    """The framework-free MLP's size (`model=mlp`)."""
+
+    width: int
+    depth: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class LlmProposer:
+    """The LLM asked for hypotheses (`llm=`), and how long one answer may take."""
+
+    model: str
+    timeout_s: int = 60
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """Where the run is mirrored (`mlflow=`): the URI typed (MLFLOW_TRACKING_URI is read when the tune
+    starts) and the experiment's name."""
+
+    mlflow: str = ""
+    experiment: str = ""
+
+
+# The groups' flat names in a Job's stored form (job.json, the child's spec, job files): that form is
+# the one run folders have always held, so old ones still resume.
+_FLAT = {"ssh": {"key": "ssh_key", "trust_new": "ssh_trust_new", "python": "ssh_python", "config": "ssh_config"},
+         "script": {"path": "script", "configs": "script_configs", "args": "script_args", "knobs": "script_knobs"},
+         "mlp": {"width": "mlp_width", "depth": "mlp_depth", "rows": "mlp_rows"},
+         "llm": {"model": "llm", "timeout_s": "llm_timeout_s"},
+         "tracking": {"mlflow": "mlflow", "experiment": "mlflow_experiment"}}
+_GROUPS = {"ssh": SshSettings, "script": ScriptJob, "mlp": MlpShape, "llm": LlmProposer, "tracking": Tracking}
+# What an absent optional group is stored as, as before the groups.
+_ABSENT = {"script": ScriptJob(""), "mlp": MlpShape(0, 0, 0), "llm": LlmProposer("")}
 
 
 @dataclass(frozen=True)
 class Job:
+    """What is tuned. The keys every job has are fields; the rest are groups: `ssh` (always, with plain
+    ssh's defaults), `tracking` (always), and `script`, `mlp`, `llm` where the job has one (else None)."""
+
     run: str
     model: str
     dataset: str
@@ -56,27 +101,17 @@ class Job:
     seed: int = 0
     mem_limit: int | None = None
     mem_margin: float = 0.1
-    ssh_key: str = ""
-    ssh_trust_new: bool = False
-    ssh_python: str = "python3"
-    ssh_config: str = ""
-    script: str = ""
-    script_configs: tuple[str, ...] = ()
-    script_args: str = ""
-    script_knobs: tuple[str, ...] = ()   # "name:knob" pairs (workloads/script/names.py)
     only: tuple[str, ...] = ()
-    llm: str = ""
-    llm_timeout_s: int = 60
-    mlp_width: int = 0
-    mlp_depth: int = 0
-    mlp_rows: int = 0
     allow_image_resize: bool = False
     allow_numerics_change: bool = False
     realize: bool = True
-    mlflow: str = ""             # the tracking URI typed; MLFLOW_TRACKING_URI is read when the tune starts
-    mlflow_experiment: str = ""
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
+    ssh: SshSettings = field(default_factory=SshSettings)
+    tracking: Tracking = field(default_factory=Tracking)
+    script: ScriptJob | None = None
+    mlp: MlpShape | None = None
+    llm: LlmProposer | None = None
 
     def __post_init__(self) -> None:
         # `.` and `..` would make runs/RUN/ the runs folder or its parent (and, over SSH, the remote home).
@@ -93,6 +128,8 @@ class Job:
             raise JobError(f"weights={self.weights!r}: expected {JOB_KEYS['weights']}")
         if not 0 <= self.mem_margin <= 0.9:
             raise JobError(f"mem_margin={self.mem_margin}: expected {JOB_KEYS['mem_margin']}")
+        if (self.mlp is not None) != self.is_mlp:
+            raise JobError("model=mlp and its shape (mlp_width, mlp_depth, mlp_rows) go together")
         micro = self.start.per_device_train_batch_size
         if self.effective_batch % micro:
             raise JobError(
@@ -108,22 +145,36 @@ class Job:
         return self.model == MLP_MODEL
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
-        data["start"] = self.start.to_dict()
-        data["script_configs"] = list(self.script_configs)
-        data["script_knobs"] = list(self.script_knobs)
-        data["only"] = list(self.only)
+        """The stored form: flat, one key per job key (job.json)."""
+        data: dict[str, Any] = {}
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if item.name in _GROUPS:
+                group = value if value is not None else _ABSENT[item.name]
+                data.update({flat: _plain(getattr(group, name)) for name, flat in _FLAT[item.name].items()})
+            elif item.name == "start":
+                data["start"] = value.to_dict()
+            else:
+                data[item.name] = _plain(value)
         data["schema_version"] = 1
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Job":
         values = {k: v for k, v in data.items() if k != "schema_version"}
+        for name, group in _GROUPS.items():
+            found = {inner: values.pop(flat) for inner, flat in _FLAT[name].items() if flat in values}
+            found = {k: tuple(v) if isinstance(v, list) else v for k, v in found.items()}
+            if name in _ABSENT and not found.get(next(iter(_FLAT[name]))):
+                continue  # absent: no script path, no MLP width, no LLM model
+            values[name] = group(**found)
         values["start"] = Knobs.from_dict(values.get("start", {}))
-        values["script_configs"] = tuple(values.get("script_configs", ()))
-        values["script_knobs"] = tuple(values.get("script_knobs", ()))
         values["only"] = tuple(values.get("only", ()))
         return cls(**values)
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def parse_words(words: list[str]) -> tuple[dict[str, str], list[str]]:

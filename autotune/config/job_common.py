@@ -9,7 +9,7 @@ from typing import Any
 
 from ..util.errors import JobError
 from .inputs import check_digits, check_writable_folder
-from .job import SMOKE_TIME_BUDGET_S, parse_flag
+from .job import SMOKE_TIME_BUDGET_S, LlmProposer, SshSettings, Tracking, parse_flag
 from .job_keys import JOB_KEYS
 from .job_values import SSH_KEYS, is_ssh, mlflow_keys, parse_duration, parse_share, parse_size, whole
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
@@ -60,9 +60,9 @@ def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any
         check_writable_folder(Path(pairs["kb"]), f"kb={pairs['kb']}")
     return dict(
         run=run, host=host, gpu=pairs.get("gpu", ""),
-        ssh_key=str(Path(pairs["ssh_key"]).expanduser()) if "ssh_key" in pairs else "",
-        ssh_trust_new=trust == "true", ssh_python=pairs.get("ssh_python", "python3"),
-        ssh_config=str(Path(pairs["ssh_config"]).expanduser()) if "ssh_config" in pairs else "",
+        ssh=SshSettings(key=str(Path(pairs["ssh_key"]).expanduser()) if "ssh_key" in pairs else "",
+                        trust_new=trust == "true", python=pairs.get("ssh_python", "python3"),
+                        config=str(Path(pairs["ssh_config"]).expanduser()) if "ssh_config" in pairs else ""),
         max_trials=whole("max_trials", pairs["max_trials"], 1) if "max_trials" in pairs else None,
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
         kb=pairs.get("kb", ""), seed=whole("seed", pairs.get("seed", "0"), 0),
@@ -70,7 +70,7 @@ def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any
         mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=only_knobs(pairs), **llm_keys(pairs),
         # Any loop can be offered an 8-bit optimizer: the opt-in is every job's (the tuner's frame applies it).
         allow_numerics_change=parse_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
-        **mlflow_keys(pairs))
+        tracking=Tracking(**mlflow_keys(pairs)))
 
 
 def only_knobs(pairs: dict[str, str]) -> tuple[str, ...]:
@@ -84,7 +84,7 @@ def only_knobs(pairs: dict[str, str]) -> tuple[str, ...]:
     return names
 
 
-def llm_keys(pairs: dict[str, str]) -> dict[str, Any]:
+def llm_keys(pairs: dict[str, str]) -> dict[str, LlmProposer | None]:
     model = pairs.get("llm", "").strip()
     if "llm_timeout" in pairs and not model:
         raise JobError("llm_timeout goes with llm=MODEL")
@@ -94,7 +94,7 @@ def llm_keys(pairs: dict[str, str]) -> dict[str, Any]:
         timeout = parse_duration(pairs["llm_timeout"]) if "llm_timeout" in pairs else 60
     except JobError:
         raise JobError(f"llm_timeout={pairs['llm_timeout']!r}: expected {JOB_KEYS['llm_timeout']}") from None
-    return {"llm": model, "llm_timeout_s": timeout}
+    return {"llm": LlmProposer(model, timeout) if model else None}
 
 
 def whole_knob(key: str, text: str) -> int:

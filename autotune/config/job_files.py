@@ -243,12 +243,12 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
     """The keys of `job` as a job file: `autotune tune RUN2 config=THIS` builds the same job. A password in
     the mlflow= URI is *** (MLFLOW_TRACKING_PASSWORD holds it); `shared` (what the MLflow store gets) hides
     the values of credential flags in script_args too, which a rerun from the run folder still needs."""
-    script = bool(job.script)
+    script = job.script is not None
     out: dict[str, Any] = {}
-    if script:
-        args = redact_args(job.script_args) if shared else job.script_args
-        out.update(script=job.script, script_configs=list(job.script_configs), script_args=args,
-                   script_knobs=list(job.script_knobs))
+    if job.script is not None:
+        args = redact_args(job.script.args) if shared else job.script.args
+        out.update(script=job.script.path, script_configs=list(job.script.configs), script_args=args,
+                   script_knobs=list(job.script.knobs))
         out = {k: v for k, v in out.items() if v}
     else:
         out.update(model=job.model, dataset=job.dataset)
@@ -256,17 +256,17 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
     if not script and job.model != MLP_MODEL:
         out.update(method=job.method, weights=job.weights, allow_image_resize=job.allow_image_resize,
                    realize=job.realize)
-    if job.model == MLP_MODEL:
-        out.update(mlp_width=job.mlp_width, mlp_depth=job.mlp_depth, mlp_rows=job.mlp_rows)
+    if job.mlp is not None:
+        out.update(mlp_width=job.mlp.width, mlp_depth=job.mlp.depth, mlp_rows=job.mlp.rows)
     out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, allow_numerics_change=job.allow_numerics_change)
     optional = {"gpu": job.gpu, "kb": job.kb, "max_trials": job.max_trials, "only": list(job.only),
                 "time": f"{job.time_budget_s}s" if job.time_budget_s else None,
                 "mem_limit": f"{job.mem_limit}B" if job.mem_limit else None,
-                "llm": job.llm, "llm_timeout": f"{job.llm_timeout_s}s" if job.llm else None,
-                "mlflow": redact_uri(job.mlflow), "mlflow_experiment": job.mlflow_experiment}
+                "llm": job.llm.model if job.llm else None, "llm_timeout": f"{job.llm.timeout_s}s" if job.llm else None,
+                "mlflow": redact_uri(job.tracking.mlflow), "mlflow_experiment": job.tracking.experiment}
     if is_ssh(job.host):
-        optional.update(ssh_key=job.ssh_key, ssh_config=job.ssh_config, ssh_trust_new=job.ssh_trust_new,
-                        ssh_python=job.ssh_python)
+        optional.update(ssh_key=job.ssh.key, ssh_config=job.ssh.config, ssh_trust_new=job.ssh.trust_new,
+                        ssh_python=job.ssh.python)
     out.update({k: v for k, v in optional.items() if v not in (None, "", [])})
     if not script:
         start = job.start.to_dict()

@@ -200,11 +200,11 @@ def check_mlflow_uri(value: str, where: str) -> str:
 
 
 def mlflow_keys(pairs: dict[str, str]) -> dict[str, str]:
-    """mlflow= and mlflow_experiment= of a job. The URI is the one the user typed; MLFLOW_TRACKING_URI,
+    """mlflow= and mlflow_experiment= of a job (config.job.Tracking's fields). The URI is the one the user typed; MLFLOW_TRACKING_URI,
     the default, is read by the tracker when the tune starts (a resume follows the environment it runs in)."""
     uri, experiment = pairs.get("mlflow", "").strip(), pairs.get("mlflow_experiment", "").strip()
     if experiment and not uri and not os.environ.get("MLFLOW_TRACKING_URI"):
         raise JobError("mlflow_experiment goes with mlflow=URI (or MLFLOW_TRACKING_URI); add mlflow=")
     if len(experiment) > 500 or not all(c.isprintable() for c in experiment):
         raise JobError(f"mlflow_experiment={experiment[:40]!r}: expected a printable name of at most 500 characters")
-    return {"mlflow": check_mlflow_uri(uri, "mlflow") if uri else "", "mlflow_experiment": experiment}
+    return {"mlflow": check_mlflow_uri(uri, "mlflow") if uri else "", "experiment": experiment}

@@ -18,7 +18,7 @@ from ..util.errors import RecordError
 from ..util.io import write_json_atomic
 from ..config.messages import TrialSpec, rejected
 from ..schemas import violation
-from . import RUNNER_MODULES
+from . import runner_module
 
 STDERR_TAIL = 2000
 # The process whose trial this is (the tuner, or a Ray slot's actor): set by the local executor.
@@ -84,7 +84,7 @@ def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, 
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(handle, fd)
         os.close(handle)
-    module = importlib.import_module(RUNNER_MODULES[runner])
+    module = importlib.import_module(runner_module(runner))
     sys.exit(module.entry(Path(spec_path), Path(result_path)))
 
 

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..engine import RUNNER_MODULES
+from ..engine import runner_module
 
 BEAT_S = 2.0
 
@@ -23,7 +23,7 @@ BEAT_S = 2.0
 def main(runner: str, spec: str, result: str, heartbeat: str) -> int:
     beat = Path(heartbeat)
     with open("stdout.txt", "w") as out, open("stderr.txt", "w") as err:
-        child = subprocess.Popen([sys.executable, "-m", RUNNER_MODULES[runner], spec, result],
+        child = subprocess.Popen([sys.executable, "-m", runner_module(runner), spec, result],
                                  stdout=out, stderr=err, start_new_session=True)
         Path("runner.pid").write_text(str(child.pid))
         while child.poll() is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.messages import read_result, write_spec
-from ..engine import RUNNER_MODULES
+from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
@@ -64,7 +64,7 @@ class LocalExecutor:
             child.start()
             return child
         with open(paths[2], "w") as out, open(paths[3], "w") as err:
-            return subprocess.Popen([self.python, "-m", RUNNER_MODULES[runner], *paths[:2]], stdout=out,
+            return subprocess.Popen([self.python, "-m", runner_module(runner), *paths[:2]], stdout=out,
                                     stderr=err, env={**os.environ, **env}, start_new_session=True)
 
     @staticmethod

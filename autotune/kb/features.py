@@ -118,17 +118,17 @@ def job_fingerprint(job: Any) -> str:
 
     identity = {name: getattr(job, name) for name in _JOB_IDENTITY}
     if getattr(job, "is_mlp", False):
-        identity.update(mlp=[job.mlp_width, job.mlp_depth, job.mlp_rows])
+        identity.update(mlp=[job.mlp.width, job.mlp.depth, job.mlp.rows])
     for name in ("model", "dataset"):
         # A local file or folder edited in place is another job: its size and time stand for its bytes.
         path = Path(str(getattr(job, name))).expanduser()
         if path.exists():
             stat = path.stat()
             identity[f"{name}_file"] = [stat.st_size, stat.st_mtime_ns]
-    if getattr(job, "script", ""):
-        files = [Path(job.script), *(Path(label).expanduser() for label in job.script_configs)]
+    if getattr(job, "script", None) is not None:
+        files = [Path(job.script.path), *(Path(label).expanduser() for label in job.script.configs)]
         identity["script"] = [hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else str(f) for f in files]
-        identity["script_args"] = job.script_args
+        identity["script_args"] = job.script.args
     return fingerprint(identity)
 
 

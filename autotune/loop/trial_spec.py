@@ -7,7 +7,6 @@ say the knobs. The timeout follows the slowest complete run so far and never out
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +14,8 @@ from typing import Any
 
 from ..config.job import Job
 from ..workloads.jobs import kind_of
+from ..workloads.spec import SpecInputs
 from ..config.knobs import Knobs
-from ..config.messages import rows_needed
 from ..probes.timing import median
 
 
@@ -40,8 +39,6 @@ class StepBudget:
 
 
 FRAME_TIMEOUT_S = 1800
-# Steps after the measured window that are timed phase by phase (where the time goes).
-PROFILE_STEPS = 1
 # A trial may take this many times the slowest complete trial so far before it is stopped.
 TIMEOUT_FACTOR = 4
 MIN_TIMEOUT_S = 120
@@ -49,48 +46,28 @@ MIN_TIMEOUT_S = 120
 
 def runner_for(job: Job) -> str:
     """Which runner module trains this job: its kind's (the user's script, the framework-free MLP, or
-    Hugging Face; engine.RUNNER_MODULES names the module)."""
+    Hugging Face; engine.runner_module finds its module from the name)."""
     return kind_of(job).name
 
 
 def spec(tuner: Any, kind: str, knobs: Knobs, trial: int, ceiling: bool = False,
          peak_cache: dict[str, Any] | None = None, workdir: Path | None = None) -> dict[str, Any]:
     """The spec of one run of `knobs` (a "frame" or a "trial") for the tuner's job and run folder: the one
-    place a spec is built (messages.TrialSpec is its form; the executor checks it as it writes it).
+    place a spec is built (messages.TrialSpec is its form; the executor checks it as it writes it). The
+    fields every runner reads are made here, the rest by the job's kind (`Kind.spec_fields`).
 
     `peak_cache` (the frame only): peaks measured before on this device; `workdir` (a script's trial):
     the folder its mirror of the user's tree goes in."""
-    extra: dict[str, Any] = {"peak_cache": peak_cache} if peak_cache is not None else {}
-    if tuner.script is not None:
-        if workdir is not None:
-            extra["workdir"] = str(workdir.resolve())
-        return {**script_spec(tuner, kind, knobs, trial), **extra}
+    job = tuner.job
+    own = kind_of(job).spec_fields(SpecInputs(
+        job=job, knobs=knobs, measure_steps=tuner.steps.measure_steps, rows_path=tuner.folder.rows,
+        model_config_path=tuner.folder.model_config, runs_path=tuner.folder.path.parent, script=tuner.script,
+        cwd=tuner.cwd, workdir=workdir))
     return {
-        "schema_version": 1, "kind": kind, "runner": runner_for(tuner.job), "job": tuner.job.to_dict(),
-        "knobs": knobs.to_dict(), "rows_path": str(tuner.folder.rows.resolve()),
-        "model_config_path": str(tuner.folder.model_config.resolve()),
-        "rows_needed": rows_needed(tuner.job.effective_batch, tuner.steps.measure_steps),
-        "measure_steps": tuner.steps.measure_steps, "warmup_max": tuner.steps.warmup_max,
-        "ceiling": ceiling, "inject_fault": tuner.inject.get(trial) if kind == "trial" else None,
-        "peaks": tuner.state.peaks, "profile_steps": PROFILE_STEPS, **extra,
-    }
-
-
-def script_spec(tuner: Any, kind: str, knobs: Knobs, trial: int) -> dict[str, Any]:
-    """A trial of the user's script: copies of its configs edited to say `knobs`, or its own flags."""
-    job, script, cwd = tuner.job, tuner.script, tuner.cwd
-    edits, flags = script.edits(knobs)
-    return {
-        "schema_version": 1, "kind": kind, "runner": "script", "job": job.to_dict(), "knobs": knobs.to_dict(),
-        "script": {"path": job.script, "cwd": str(cwd),
-                   "configs": [{"label": label, "path": str((cwd / Path(label).expanduser()).resolve())}
-                               for label in job.script_configs],
-                   "edits": edits, "args": shlex.split(job.script_args),
-                   "expect": script.expected(knobs),
-                   "exclude": [str(tuner.folder.path.parent.resolve())], "listing": script.listing()},
-        "flags": flags, "measure_steps": tuner.steps.measure_steps, "warmup_max": tuner.steps.warmup_max,
-        "ceiling": False, "inject_fault": tuner.inject.get(trial) if kind == "trial" else None,
-        "peaks": tuner.state.peaks, "profile_steps": 0,
+        "schema_version": 1, "kind": kind, "runner": runner_for(job), "job": job.to_dict(), "knobs": knobs.to_dict(),
+        "measure_steps": tuner.steps.measure_steps, "warmup_max": tuner.steps.warmup_max, "ceiling": ceiling,
+        "inject_fault": tuner.inject.get(trial) if kind == "trial" else None, "peaks": tuner.state.peaks,
+        **({"peak_cache": peak_cache} if peak_cache is not None else {}), **own,
     }
 
 

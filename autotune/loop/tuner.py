@@ -63,18 +63,18 @@ class Tuner:
 
         self.trackers = trackers_for(job)  # observers of each appended record and of the end (tracking.py)
         self.llm = None
-        if job.llm:
+        if job.llm is not None:
             from ..reasoner.llm import LLMProposer, LLMSettings
 
-            self.llm = LLMProposer(LLMSettings.from_env(job.llm, job.llm_timeout_s))
+            self.llm = LLMProposer(LLMSettings.from_env(job.llm.model, job.llm.timeout_s))
         self.script = None
-        if job.script:
+        # A script's config paths are as the user gave them, relative to where autotune was started.
+        self.cwd = Path.cwd()
+        if job.script is not None:
             from ..workloads.script import ScriptAdapter
 
-            # Config paths are as the user gave them, relative to where autotune was started.
-            self.cwd = Path.cwd()
-            self.script = ScriptAdapter.for_script(Path(job.script), job.script_configs, shlex.split(job.script_args),
-                                                   self.cwd, job.max_len, job.effective_batch, job.script_knobs)
+            self.script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args),
+                                                   self.cwd, job.max_len, job.effective_batch, job.script.knobs)
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -302,8 +302,8 @@ class Tuner:
         for change, why in cannot:
             proposal.reject(change, why)
         if proposal.claims:
-            self.memory.adopt(proposal.claims, f"proposed by the LLM {self.job.llm} before trial {before_trial}")
-        record = proposal.record(before_trial, self.job.llm)
+            self.memory.adopt(proposal.claims, f"proposed by the LLM {self.job.llm.model} before trial {before_trial}")
+        record = proposal.record(before_trial, self.job.llm.model)
         self.folder.append_llm_call(record)
         if self.display:
             self.display.llm(record)

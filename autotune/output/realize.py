@@ -54,7 +54,7 @@ def candidates(job: Any, records: list[dict[str, Any]], best_trial: int) -> list
 
 def hand_over(folder: RunFolder, job: Any, executor: Any, outcome: Any) -> dict[str, Any] | None:
     """Run the child and store `realized.json`; None for jobs whose hand-over is not a TRL file."""
-    if job.is_mlp or job.script:
+    if job.is_mlp or job.script is not None:
         return None
     from ..executors.local import LocalExecutor
 

@@ -125,9 +125,6 @@ class RunFolder:
             records.append(record)
         return records
 
-    def write_state(self, state: dict[str, Any]) -> None:
-        write_json_atomic(self.state, {"schema_version": 1, **state})
-
 
 def _append_line(path: Path, schema: str, record: dict[str, Any]) -> None:
     """One validated line, appended whole or not at all (a full disk leaves the file as it was)."""

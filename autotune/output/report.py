@@ -157,7 +157,7 @@ def _llm_lines(calls: list[dict[str, Any]], job: Job) -> list[str]:
     """What the LLM proposer was asked, what it said that was used, and what was rejected and why."""
     if not calls:
         return []
-    lines = ["", f"## LLM proposer (`{job.llm or calls[0]['model']}`)", "",
+    lines = ["", f"## LLM proposer (`{job.llm.model if job.llm else calls[0]['model']}`)", "",
              "Its proposals were checked against the schema, the catalog and this device before anything was "
              "tried; nothing it wrote was executed. Its claims start at low confidence.", ""]
     for call in calls:
@@ -245,7 +245,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
              + (f"; only {', '.join(job.only)} may change" if job.only else "") + ".", "", "## Frame", ""]
     lines += _frame_lines(outcome.frame)
     if outcome.frame.get("script"):
-        lines += ["", "## Your script", "", f"`{job.script}` with {', '.join(job.script_configs) or 'no config file'}; "
+        lines += ["", "## Your script", "", f"`{job.script.path}` with {', '.join(job.script.configs) or 'no config file'}; "
                   "found (file:key or flag = value -> what it sets):", ""]
         lines += [f"- {line}" for line in outcome.frame["script"]]
     lines += ["", "## Result", "",

@@ -51,7 +51,7 @@ def trackers_for(job: Any) -> list[Any]:
     """The observers of a tune's records: an MLflow tracker where mlflow= or MLFLOW_TRACKING_URI names a
     store, none otherwise. A bad MLFLOW_TRACKING_URI (or no client) is a warning: the user did not ask this
     tune for tracking in its words, so it runs untracked rather than not at all."""
-    uri = job.mlflow
+    uri = job.tracking.mlflow
     if not uri:
         uri = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
         if not uri:
@@ -69,7 +69,7 @@ def trackers_for(job: Any) -> list[Any]:
                 raise  # the key asks for tracking and nothing can track: one line, exit 2
             _say(f"{error}; this tune is not tracked in MLflow")
             return []
-    experiment = job.mlflow_experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME", "").strip() or DEFAULT_EXPERIMENT
+    experiment = job.tracking.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME", "").strip() or DEFAULT_EXPERIMENT
     return [MlflowTracker(uri, experiment)]
 
 

@@ -1,8 +1,8 @@
 """Words -> Job, for every kind of job, registered in one place: the first kind whose test matches the
 words builds the Job in its own folder (workloads/KIND/job.py); the HF model is the default.
 
-A new kind of job adds its row to KINDS (its words, its Job, its best-config form) and its runner module
-to engine.RUNNER_MODULES under the kind's name.
+A new kind of job adds its row to KINDS (its words, its Job, its best-config form) and keeps its runner
+at workloads/KIND/runner.py, which engine.runner_module finds from the kind's name (the spec's `runner`).
 """
 
 from __future__ import annotations
@@ -11,23 +11,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config.job import MLP_KEYS, Job, parse_words
+from ..config.job import Job, parse_words
 from ..config.job_keys import MLP_MODEL
 from ..util.errors import JobError
 from .hf.best import best_config as hf_best
 from .hf.job import hf_job
 from .mlp.best import best_config as mlp_best
-from .mlp.job import mlp_job
+from .mlp.job import MLP_KEYS, mlp_job
 from .script.best import best_config as script_best
 from .script.job import script_job
+from .script.spec import spec_fields as script_fields
+from .spec import SpecInputs, frame_inputs
 
 Builder = Callable[[str, dict[str, str], bool], Job]
-
-
 @dataclass(frozen=True)
 class Kind:
     """One kind of job: how its words are recognised and built, how a built Job is recognised, its
-    runner (engine.RUNNER_MODULES' key, the spec's `runner`) and its best-config form."""
+    runner (its name is the spec's `runner`; engine.runner_module finds workloads/NAME/runner.py), the
+    fields its runner reads in a spec beyond the ones every runner reads, and its best-config form."""
 
     name: str
     takes: Callable[[dict[str, str]], bool]  # do these words make this kind of job
@@ -35,14 +36,16 @@ class Kind:
     own_keys: tuple[str, ...]  # keys that belong to it alone (refused on another kind)
     is_kind: Callable[[Job], bool]
     best: Callable[..., dict[str, Any]]  # (job, knobs, script=, vlm=, handover=, folder_path=) -> best_config.json
+    spec_fields: Callable[[SpecInputs], dict[str, Any]]
 
 
 # First match wins; the HF model is the default.
 KINDS: tuple[Kind, ...] = (
     Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs"),
-         lambda job: bool(job.script), script_best),
-    Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best),
-    Kind("hf", lambda pairs: True, hf_job, (), lambda job: True, hf_best),
+         lambda job: job.script is not None, script_best, script_fields),
+    Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best,
+         frame_inputs),
+    Kind("hf", lambda pairs: True, hf_job, (), lambda job: True, hf_best, frame_inputs),
 )
 _WITH = {"script": "script=PATH; add script=your_training_script.py", "mlp": "model=mlp; add model=mlp or drop them"}
 

@@ -146,12 +146,12 @@ def test_ssh_config_names_a_file_goes_with_an_ssh_host_and_is_kept_in_the_record
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "lab_config").write_text("Host gpu-box\n  HostName 10.0.0.7\n")
     job, _ = job_from_words("r", BASE + ["host=gpu-box", "ssh_config=~/lab_config"])
-    assert job.ssh_config == str(tmp_path / "lab_config")              # ~ expanded once, here
+    assert job.ssh.config == str(tmp_path / "lab_config")              # ~ expanded once, here
     validate("job", job.to_dict())
     (tmp_path / "job.yaml").write_text(job_yaml(job))
     assert job_from_words("r", [f"config={tmp_path / 'job.yaml'}"])[0] == job
     # /dev/null is no config at all, as `ssh -F /dev/null`: the way round a config autotune cannot follow.
-    assert job_from_words("r", BASE + ["host=me@10.0.0.7", "ssh_config=/dev/null"])[0].ssh_config == "/dev/null"
+    assert job_from_words("r", BASE + ["host=me@10.0.0.7", "ssh_config=/dev/null"])[0].ssh.config == "/dev/null"
     with pytest.raises(JobError, match="ssh_config='~/nowhere': no such file"):
         job_from_words("r", BASE + ["host=gpu-box", "ssh_config=~/nowhere"])
     with pytest.raises(JobError, match="go with an SSH host"):
@@ -211,7 +211,7 @@ def test_only_names_catalog_knobs():
 def test_model_mlp_fills_its_defaults_and_keeps_the_users_sizes():
     job, _ = job_from_words("m", ["model=mlp", "mlp_width=256", "per_device_train_batch_size=8"])
     assert job.is_mlp and job.dataset == "synthetic" and job.weights == "random"
-    assert (job.mlp_width, job.mlp_depth, job.mlp_rows, job.max_len, job.effective_batch) == (256, 4, 8192, 512, 64)
+    assert (job.mlp.width, job.mlp.depth, job.mlp.rows, job.max_len, job.effective_batch) == (256, 4, 8192, 512, 64)
     assert job.start.per_device_train_batch_size == 8 and job.time_budget_s is None
     smoke, _ = job_from_words("m", ["model=mlp", "smoke"])
     assert smoke.time_budget_s == 90  # the install check ends within two minutes

@@ -49,7 +49,8 @@ def built_specs(tmp_path: Path) -> list[dict]:
     """Specs as the tuner builds them (trial_spec.spec, the one builder): a frame, a trial, an MLP trial."""
     specs = []
     for job in (tiny_job(), job_from_dict("m", MLP)):
-        tuner = SimpleNamespace(job=job, script=None, folder=RunFolder(tmp_path, "t"), steps=StepBudget.for_job(job),
+        tuner = SimpleNamespace(job=job, script=None, cwd=tmp_path, folder=RunFolder(tmp_path, "t"),
+                                steps=StepBudget.for_job(job),
                                 inject={1: "nan"}, state=SimpleNamespace(peaks={"matmul_flops": {"fp32": 1e12}}))
         specs += [trial_spec.spec(tuner, "frame", job.start, 0, peak_cache={}),
                   trial_spec.spec(tuner, "trial", job.start, 1, ceiling=True)]

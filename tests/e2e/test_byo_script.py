@@ -206,10 +206,10 @@ def test_settings_no_name_covers_are_confirmed_by_probe_runs(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     job, _ = job_from_words("probed", ["script=loop.py", "script_configs=loop.yaml", "smoke"])
-    assert job.script_knobs == ("accum_every:gradient_accumulation_steps:probed", "use_amp:bf16:probed")
+    assert job.script.knobs == ("accum_every:gradient_accumulation_steps:probed", "use_amp:bf16:probed")
     assert (job.effective_batch, job.start.precision) == (4, "fp32")
     schemas.validate("job", job.to_dict())
-    listing = ScriptAdapter.for_script(Path("loop.py"), job.script_configs, [], names=job.script_knobs).listing()
+    listing = ScriptAdapter.for_script(Path("loop.py"), job.script.configs, [], names=job.script.knobs).listing()
     assert "loop.yaml:train.accum_every = 4 -> accumulation (confirmed by a probe run)" in listing
     assert "loop.yaml:train.use_amp = False -> bf16 (confirmed by a probe run)" in listing
     assert "knobs to try: per_device_train_batch_size, precision" in listing   # both are tried now
@@ -266,8 +266,8 @@ def test_length_grouping_and_packing_switches_are_confirmed_by_probe_runs(tmp_pa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     job, _ = job_from_words("ordered", ["script=order.py", "script_configs=order.yaml", "smoke"])
-    assert job.script_knobs == ("sort_by_len:group_by_length:probed", "concat_rows:packing:probed")
-    listing = ScriptAdapter.for_script(Path("order.py"), job.script_configs, [], names=job.script_knobs).listing()
+    assert job.script.knobs == ("sort_by_len:group_by_length:probed", "concat_rows:packing:probed")
+    listing = ScriptAdapter.for_script(Path("order.py"), job.script.configs, [], names=job.script.knobs).listing()
     assert "order.yaml:sort_by_len = False -> group_by_length (confirmed by a probe run)" in listing
     assert "order.yaml:concat_rows = False -> packing (confirmed by a probe run)" in listing
     assert any(line.startswith("note: order.yaml:concat_rows = False: packing") and "never tried" in line

@@ -137,8 +137,3 @@ def test_create_rejects_an_invalid_job(tmp_path):
     with pytest.raises(RecordError, match="max_len"):
         run.create(data)
     assert not run.job.exists()
-
-
-def test_write_state_is_versioned_json(folder):
-    folder.write_state({"trial": 3})
-    assert json.loads(folder.state.read_text()) == {"schema_version": 1, "trial": 3}

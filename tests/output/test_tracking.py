@@ -202,14 +202,14 @@ def test_the_experiment_goes_with_a_uri_and_job_yaml_keeps_both(in_tmp, capfd):
     job = autotune.job_from_dict("first", {"model": "mlp", "mlflow": "sqlite:///mlflow.db", "mlflow_experiment": "x"})
     (in_tmp / "job.yaml").write_text(job_yaml(job))
     again, _ = job_from_words("second", [f"config={in_tmp / 'job.yaml'}"])
-    assert again == dataclasses.replace(job, run="second") and again.mlflow == "sqlite:///mlflow.db"
+    assert again == dataclasses.replace(job, run="second") and again.tracking.mlflow == "sqlite:///mlflow.db"
 
 
 def test_databricks_alone_is_a_tracking_uri(in_tmp, monkeypatch, capfd):
     """`databricks` (the default profile) is the usual value, in the key and in MLFLOW_TRACKING_URI."""
     _needs_mlflow()
-    assert autotune.job_from_dict("r", {"model": "mlp", "mlflow": "databricks"}).mlflow == "databricks"
-    assert autotune.job_from_dict("r", {"model": "mlp", "mlflow": "databricks://team"}).mlflow == "databricks://team"
+    assert autotune.job_from_dict("r", {"model": "mlp", "mlflow": "databricks"}).tracking.mlflow == "databricks"
+    assert autotune.job_from_dict("r", {"model": "mlp", "mlflow": "databricks://team"}).tracking.mlflow == "databricks://team"
     from autotune.output.tracking import trackers_for
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "databricks")
@@ -241,22 +241,23 @@ def test_a_password_in_the_uri_is_never_printed_written_to_job_yaml_or_logged(in
     err = capfd.readouterr().err
     assert err.count("\n") == 1 and "MLFLOW_TRACKING_PASSWORD" in err, err
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
-    assert job_from_words("r2", [f"config={folder / 'job.yaml'}"])[0].mlflow == f"http://me:***@127.0.0.1:{port}"
+    assert job_from_words("r2", [f"config={folder / 'job.yaml'}"])[0].tracking.mlflow == f"http://me:***@127.0.0.1:{port}"
 
 
 def test_credential_flags_of_script_args_reach_the_store_hidden(in_tmp):
     """`--hub_token X` in script_args: the store's params and its job.yaml hold ***, the run folder's the value."""
+    from autotune.config.job import ScriptJob
     from autotune.output.tracking import job_params
 
     job = autotune.job_from_dict("r", {"model": "mlp"})
-    job = dataclasses.replace(job, script="train.py", script_args="--hub_token s3cret --tokenizer_name gpt2 "
-                                                                  "--api-key=k3y password=pw --lr 1e-4")
+    job = dataclasses.replace(job, script=ScriptJob("train.py", args="--hub_token s3cret --tokenizer_name gpt2 "
+                                                                     "--api-key=k3y password=pw --lr 1e-4"))
     shown = "--hub_token *** --tokenizer_name gpt2 --api-key=*** password=*** --lr 1e-4"
     assert job_params(job)["script_args"] == shown
     import yaml
 
     assert yaml.safe_load(job_yaml(job, shared=True))["script_args"] == shown
-    assert yaml.safe_load(job_yaml(job))["script_args"] == job.script_args, "the run folder's reruns as it ran"
+    assert yaml.safe_load(job_yaml(job))["script_args"] == job.script.args, "the run folder's reruns as it ran"
 
 
 def test_a_failure_writing_the_report_ends_the_parent_failed(in_tmp, store, monkeypatch, capfd):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from ...config.job import REQUIRED, SMOKE_DEFAULTS, VLM_SMOKE_TIME_BUDGET_S, Job, parse_flag
+from ...config.job import Job, parse_flag
 from ...config.job_common import common_fields, start_knobs
 from ...config.job_keys import JOB_KEYS
 from ...config.job_values import check_dataset, check_model, whole
-from ...config.presets import PRESETS, is_vision_preset
+from ...config.presets import DEMO_PRESET, PRESETS, is_vision_preset
 from ...util.errors import JobError
+
+REQUIRED = ("model", "dataset", "max_len", "effective_batch")
+# What `smoke` fills in when a key is missing: the embedded default job.
+SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512", "effective_batch": "16"}
+# An image-text preset's steps carry images through a vision tower and the processor: its smoke run
+# gets longer than config.job.SMOKE_TIME_BUDGET_S, still within five minutes.
+VLM_SMOKE_TIME_BUDGET_S = 285
 
 
 def hf_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ...config.job import MLP_KNOBS, Job
+from ...config.job import Job
 from ...config.knobs import Knobs
+from .job import MLP_KNOBS
 
 
 def loop_settings(job: Job, knobs: Knobs) -> dict[str, Any]:
@@ -24,8 +25,8 @@ def loop_settings(job: Job, knobs: Knobs) -> dict[str, Any]:
 
 def remeasure_command(job: Job, knobs: Knobs) -> str:
     """autotune measuring the best config again: the MLP has no trainer command to hand over."""
-    words = ["autotune", "tune", f"{job.run}-best", f"model={job.model}", f"mlp_width={job.mlp_width}",
-             f"mlp_depth={job.mlp_depth}", f"mlp_rows={job.mlp_rows}", f"max_len={job.max_len}",
+    words = ["autotune", "tune", f"{job.run}-best", f"model={job.model}", f"mlp_width={job.mlp.width}",
+             f"mlp_depth={job.mlp.depth}", f"mlp_rows={job.mlp.rows}", f"max_len={job.max_len}",
              f"effective_batch={job.effective_batch}"]
     words += [f"{name}={str(value).lower() if isinstance(value, bool) else value}"
               for name, value in knobs.to_dict().items() if name in MLP_KNOBS]

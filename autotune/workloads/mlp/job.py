@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from ...config.job import MLP_DEFAULTS, MLP_KNOBS, MLP_SMOKE_TIME_BUDGET_S, Job
+from ...config.job import Job, MlpShape
 from ...config.job_common import common_fields, start_knobs
 from ...config.job_keys import MLP_MODEL
 from ...config.job_values import whole
 from ...config.knobs import CATALOG
 from ...util.errors import JobError
+
+# model=mlp checks an install in a minute: everything but the model has a default. Its rows are
+# `max_len` features each (the MLP's input size), from a seeded generator, so dataset= is synthetic.
+MLP_DEFAULTS = {"dataset": "synthetic", "max_len": "512", "effective_batch": "64", "mlp_width": "1024",
+                "mlp_depth": "4", "mlp_rows": "8192"}
+# Its smoke run (the install check) ends within two minutes, frame and baseline included.
+MLP_SMOKE_TIME_BUDGET_S = 90
+MLP_KEYS = ("mlp_width", "mlp_depth", "mlp_rows")
+# The knobs of any PyTorch loop: all that apply to the MLP (its rows have no length, no attention, no
+# images, and it checkpoints no layers).
+MLP_KNOBS = ("per_device_train_batch_size", "precision", "torch_compile", "dataloader_num_workers",
+             "dataloader_pin_memory", "optim")
 
 
 def mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
@@ -29,5 +41,6 @@ def mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     effective_batch = whole("effective_batch", pairs["effective_batch"], 1)
     return Job(**common_fields(run, pairs, smoke), model=MLP_MODEL, dataset="synthetic",
                max_len=whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch, weights="random",
-               mlp_width=whole("mlp_width", pairs["mlp_width"], 1), mlp_depth=whole("mlp_depth", pairs["mlp_depth"], 1),
-               mlp_rows=whole("mlp_rows", pairs["mlp_rows"], 1), start=start_knobs(pairs, effective_batch))
+               mlp=MlpShape(width=whole("mlp_width", pairs["mlp_width"], 1), depth=whole("mlp_depth", pairs["mlp_depth"], 1),
+                            rows=whole("mlp_rows", pairs["mlp_rows"], 1)),
+               start=start_knobs(pairs, effective_batch))

@@ -15,9 +15,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ...config.job import MLP_KNOBS
 from ...config.knobs import CATALOG
 from ...engine import common
+from .job import MLP_KNOBS
 
 CLASSES = 16
 # Why the knobs of sequence and vision models mean nothing here: their changes are dropped without a note.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...config.job import Job
+from ...config.job import Job, ScriptJob
 from ...config.job_common import common_fields
 from ...config.job_keys import JOB_KEYS
 from ...config.job_values import whole
@@ -63,6 +63,6 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
                            "change it there")
     return Job(**common_fields(run, pairs, smoke), model=f"script:{script.name}", dataset="(the script's)",
                max_len=adapter.max_len, effective_batch=adapter.effective_batch, method="sft", weights="random",
-               script=str(script.resolve()), script_configs=labels + tuple(adapter.discovery.arg_configs),
-               script_args=" ".join(shlex.quote(a) for a in args), script_knobs=own_names,
+               script=ScriptJob(path=str(script.resolve()), configs=labels + tuple(adapter.discovery.arg_configs),
+                                args=" ".join(shlex.quote(a) for a in args), knobs=own_names),
                start=adapter.start)

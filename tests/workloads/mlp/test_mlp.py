@@ -9,7 +9,7 @@ import pytest
 
 from autotune.executors import LocalExecutor
 from autotune import job_from_dict
-from autotune.config.job import MLP_KNOBS
+from autotune.workloads.mlp.job import MLP_KNOBS
 from autotune.config.knobs import CATALOG, Knobs
 from autotune.workloads.mlp import runner as mlp
 from autotune.engine.train import TrialFault

@@ -40,11 +40,11 @@ def test_the_scripts_own_names_become_the_knobs_and_the_job_keeps_them(project):
     assert (job.start.per_device_train_batch_size, job.effective_batch, job.max_len) == (2, 8, 64)
     stored = job.to_dict()
     schemas.validate("job", stored)
-    assert Job.from_dict(stored).script_knobs == job.script_knobs == (
+    assert Job.from_dict(stored).script.knobs == job.script.knobs == (
         "micro_bsz:per_device_train_batch_size", "accum:gradient_accumulation_steps", "ctx:max_len")
     from autotune.workloads.script import ScriptAdapter
 
-    adapter = ScriptAdapter.for_script(Path("own.py"), ("own.yaml",), [], names=job.script_knobs)
+    adapter = ScriptAdapter.for_script(Path("own.py"), ("own.yaml",), [], names=job.script.knobs)
     files, flags = adapter.edits(job.start.with_change("per_device_train_batch_size", 4))
     assert files == {"own.yaml": [(["micro_bsz"], 4), (["accum"], 2)]} and flags == []
     assert "own.yaml:micro_bsz = 2 -> micro_batch" in adapter.listing()
