@@ -225,7 +225,10 @@ def test_sigkill_at_random_moments_loses_no_completed_record(tmp_path):
             time.sleep(rng.uniform(0.0, 0.1))
             writer.send_signal(signal.SIGKILL)
             kills += 1
-        out, err = writer.communicate(timeout=60)
+        # The rest through the stream readline() used: it may hold lines already read from the pipe, which
+        # communicate() (reading the pipe itself) would skip, and those appends would look unreported.
+        out, err = writer.stdout.read(), writer.stderr.read()
+        writer.wait(timeout=60)
         assert writer.returncode == -signal.SIGKILL, err
         completed.update(reported("".join(head) + out))
 
