@@ -69,7 +69,7 @@ class Tuner:
             self.llm = LLMProposer(LLMSettings.from_env(job.llm.model, job.llm.timeout_s))
         self.script = None
         # A script's config paths are as the user gave them, relative to where autotune was started.
-        self.cwd = Path.cwd()
+        self.cwd = Path.cwd() if job.script is not None else None
         if job.script is not None:
             from ..workloads.script import ScriptAdapter
 

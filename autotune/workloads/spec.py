@@ -28,7 +28,7 @@ class SpecInputs:
     model_config_path: Path
     runs_path: Path
     script: Any = None
-    cwd: Path = Path(".")
+    cwd: Path | None = None
     workdir: Path | None = None
 
 

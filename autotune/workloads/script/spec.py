@@ -13,7 +13,7 @@ from ..spec import SpecInputs
 
 def spec_fields(inputs: SpecInputs) -> dict[str, Any]:
     job, script, cwd = inputs.job, inputs.script, inputs.cwd
-    assert job.script is not None and script is not None, "a script's spec needs the script job and its adapter"
+    assert job.script is not None and script is not None and cwd is not None, "a script's spec needs its job, adapter, cwd"
     edits, flags = script.edits(inputs.knobs)
     fields: dict[str, Any] = {
         "script": {"path": job.script.path, "cwd": str(cwd),
