@@ -44,6 +44,10 @@ class Knob:
     vision: bool = False
     # Changes what is trained, not only how fast: tried only where the user allowed it (a job key).
     changes_training: bool = False
+    # An int knob's range, checked where a value is read (the user's words, a config, a record): a loader
+    # of 10**17 workers would spawn processes until the budget ends. Shown on docs/reference/knobs.md.
+    minimum: int = 0
+    maximum: int = 0
 
 
 # The one resolution cap tried, where the user allows one: 256 Qwen2-VL image tokens' worth of pixels
@@ -51,7 +55,7 @@ class Knob:
 IMAGE_PIXEL_CAP = 256 * 28 * 28
 
 CATALOG: dict[str, Knob] = {k.name: k for k in (
-    Knob("per_device_train_batch_size", "int", naive=1, affects_memory=True,
+    Knob("per_device_train_batch_size", "int", naive=1, affects_memory=True, minimum=1, maximum=2**16,
          help="rows per micro-batch; accumulation makes up the rest of effective_batch"),
     Knob("padding", "choice", PADDING_MODES, naive="max_length", affects_memory=True,
          help="pad every row to max_len, pad to the longest row of the batch, or pack rows without padding"),
@@ -63,11 +67,11 @@ CATALOG: dict[str, Knob] = {k.name: k for k in (
          help="fp32, bf16 or fp16 autocast, or tf32 matmuls"),
     Knob("gradient_checkpointing", "bool", naive=False, affects_memory=True, help="recompute activations in backward"),
     Knob("torch_compile", "bool", naive=False, affects_memory=True, help="torch.compile the model"),
-    Knob("dataloader_num_workers", "int", naive=0, help="collation in worker processes"),
+    Knob("dataloader_num_workers", "int", naive=0, maximum=256, help="collation in worker processes"),
     Knob("dataloader_pin_memory", "bool", naive=False, help="page-locked host batches (CUDA)"),
     Knob("optim", "choice", OPTIMIZERS, naive="adamw_torch", affects_memory=True,
          help="optimizer implementation (same AdamW math)"),
-    Knob("max_image_pixels", "int", naive=0, affects_memory=True, vision=True, changes_training=True,
+    Knob("max_image_pixels", "int", naive=0, affects_memory=True, vision=True, changes_training=True, maximum=2**30,
          help="VLMs: cap each image at this many pixels before the processor (0: the processor's own); "
               "tried only with allow_image_resize=true"),
     Knob("freeze_vision_tower", "bool", naive=False, affects_memory=True, vision=True,
@@ -93,7 +97,7 @@ CATALOG: dict[str, Knob] = {k.name: k for k in (
          help="torchao float8 matmuls in the linear layers (compute capability >= 8.9); changes the numbers, "
               "tried only with allow_numerics_change=true"),
     Knob("dataloader_persistent_workers", "bool", naive=False, help="loader workers live across epochs (with workers)"),
-    Knob("dataloader_prefetch_factor", "int",
+    Knob("dataloader_prefetch_factor", "int", maximum=1024,
          naive=0, help="batches each loader worker prepares ahead (0: torch's default, 2; with workers)"),
 )}
 
@@ -136,8 +140,10 @@ class _KnobsMethods:
             knob, value = CATALOG[field.name], getattr(self, field.name)
             if knob.kind == "bool" and not isinstance(value, bool):
                 raise JobError(f"{knob.name}={value!r}: expected true or false")
-            if knob.kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise JobError(f"{knob.name}={value!r}: expected a whole number >= 0")
+            if knob.kind == "int" and (isinstance(value, bool) or not isinstance(value, int)
+                                       or not knob.minimum <= value <= knob.maximum):
+                raise JobError(f"{knob.name}={value!r}: expected a whole number from {knob.minimum:,} to "
+                               f"{knob.maximum:,}")
             if knob.kind == "choice" and value not in knob.choices:
                 raise JobError(f"{knob.name}={value!r}: expected one of {', '.join(knob.choices)}")
         if self.per_device_train_batch_size < 1:
@@ -184,6 +190,8 @@ def parse_knob_value(name: str, text: str) -> Any:
         check_digits(name, text)
         if not re.fullmatch(r"[0-9]+", text.strip()):
             raise JobError(f"{name}={text!r}: expected a whole number, for example {name}=2")
+        if not knob.minimum <= int(text) <= knob.maximum:
+            raise JobError(f"{name}={text}: expected a whole number from {knob.minimum:,} to {knob.maximum:,}")
         return int(text)
     if text not in knob.choices:
         raise JobError(f"{name}={text!r}: expected one of {', '.join(knob.choices)}")
@@ -197,7 +205,9 @@ def is_flash(attn: str) -> bool:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending: pairs up to its square root, so a huge n costs microseconds, not hours."""
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def not_applicable(name: str, value: Any, knobs: Knobs, device: dict, effective_batch: int) -> str | None:

@@ -102,11 +102,12 @@ class Beliefs:
         return graph
 
     def lineage(self, claim_id: str) -> list[str]:
-        """The claim and its ancestors, oldest last."""
+        """The claim and its ancestors, oldest last. A parent already in the chain (a cycle that a store
+        written before `kb import` refused them may hold) ends it: the chain is finite whatever the file."""
         graph, chain = self.graph, [claim_id]
         while True:
             parents = [t for _, t, d in graph.out_edges(chain[-1], data=True) if d["kind"] == "split_from"]
-            if not parents:
+            if not parents or parents[0] in chain:
                 return chain
             chain.append(parents[0])
 
