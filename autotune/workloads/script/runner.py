@@ -17,7 +17,6 @@ the script by raising `MeasurementDone` through it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import runpy
@@ -32,6 +31,7 @@ from ...config.messages import PARITY_STEPS
 from ...engine import common
 from ...util.errors import JobError
 from .losses import LossReader, patch_cross_entropy
+from .rows import Census, row_key
 
 
 _is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
@@ -114,11 +114,7 @@ def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int
             length = int(mask[index].sum()) if mask is not None else ids.shape[1]
             first = int(mask[index].nonzero()[0]) if mask is not None and length else 0
             rows.append((slice(first, first + length), index))
-    keyed = []
-    for span, index in rows:
-        tokens = ids[index, span].tolist()
-        keyed.append((hashlib.sha1(repr(tokens).encode()).hexdigest(), span, index))
-    return keyed
+    return [(row_key(ids[index, span].tolist()), span, index) for span, index in rows]
 
 
 class Meter:
@@ -132,6 +128,7 @@ class Meter:
         self.step_padded: list[int] = []
         self.ends: list[float] = []
         self.reader = LossReader()   # per-row losses for parity (script_losses.py)
+        self.census = Census()       # which rows each step trained, by content (rows.py)
         self.trainable = self.frozen = self.params = 0
         self.optimizer: Any = None
         # What the step was seen to do (script_checks.py): per model call and per optimizer step.
@@ -187,6 +184,7 @@ class Meter:
         if keyed:
             self.row_lengths.append(real / len(keyed))
         self.padded += ids.numel()
+        self.census.add(len(self.ends) + 1, keyed, ids)
         self.reader.end(len(self.ends) + 1, keyed, ids, args, kwargs, output)
 
     def _observe(self, module: Any, ids: Any, rows: int) -> None:
@@ -231,6 +229,11 @@ class Meter:
     @property
     def parity(self) -> dict[str, list[float]] | None:
         return self.reader.parity
+
+    @property
+    def parity_rows(self) -> dict[str, Any] | None:
+        """The per-row losses by row key with the rows every step trained (rows.py), for parity by row."""
+        return self.census.summary(self.reader.losses, len(self.ends)) if self.parity is not None else None
 
     def reading(self) -> LossReader | None:
         """The loss reader while parity steps run outside a graph dynamo traces, else None."""
@@ -310,7 +313,8 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         "median_step_s": median(measured), "step_times_s": [round(t, 6) for t in measured],
         "warmup_times_s": [round(t, 6) for t in warmup], "real_tokens_per_step": tokens,
         "model_flops": flops, "hardware_flops": flops, "mfu": mfu, "hfu": mfu, "peak_flops": peak,
-        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity, "parity_note": meter.reader.why_not,
+        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity,
+        "parity_rows": meter.parity_rows, "parity_note": meter.reader.why_not,
         "nvml": sampler.summary(),
         "env": {"torch": torch.__version__, "threads": torch.get_num_threads()},
         "model": {"params": meter.params, "matmul_params": meter.trainable + meter.frozen,
