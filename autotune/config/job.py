@@ -107,6 +107,7 @@ class Job:
     only: tuple[str, ...] = ()
     allow_image_resize: bool = False
     allow_numerics_change: bool = False
+    strict_parity: bool = False      # another weighting of the same rows (a micro-batch split) is refused too
     realize: bool = True
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)

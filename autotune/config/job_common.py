@@ -71,6 +71,7 @@ def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any
         smoke=smoke, only=only_knobs(pairs), **llm_keys(pairs),
         # Any loop can be offered an 8-bit optimizer: the opt-in is every job's (the tuner's frame applies it).
         allow_numerics_change=parse_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
+        strict_parity=parse_flag("strict_parity", pairs.get("strict_parity", "false")),
         tracking=Tracking(**mlflow_keys(pairs)))
 
 

@@ -53,6 +53,9 @@ JOB_KEYS = {
     "allow_numerics_change": "true to let autotune try settings that change the numbers beyond precision noise "
                              "(8-bit AdamW states, fp8 matmuls, a 4-bit LoRA base), each held to a looser "
                              "parity tolerance the report states; default false",
+    "strict_parity": "true to refuse a change that trains the same rows and objective with another weighting "
+                     "(a script's per-micro-batch mean under another micro-batch split), which is kept by default "
+                     "with the measured difference in the report; default false",
     "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
                "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
                "default true)",

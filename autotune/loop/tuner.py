@@ -330,7 +330,8 @@ class Tuner:
             limits.cannot_apply_here(self.state.frame_facts, hypothesis, first)
             return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
-        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.state.records)
+        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.state.records,
+                                             self.job.strict_parity)
         if not parity_result["ok"]:
             return finish("discard", parity_result["reason"])
         # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the

@@ -14,7 +14,7 @@ from typing import Any
 from . import keep_rule
 from ..config.knobs import CATALOG, NUMERICS, Knobs, numerics_changes
 from .outcome import Incumbent
-from ..probes import parity, stats
+from ..probes import parity, row_parity, stats
 from .trial_spec import StepBudget
 
 
@@ -103,9 +103,10 @@ def min_gain(job: Any) -> float:
 
 
 def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent, knobs: Knobs,
-                 start: Knobs, records: list[dict[str, Any]]) -> dict[str, Any]:
+                 start: Knobs, records: list[dict[str, Any]], strict: bool = False) -> dict[str, Any]:
     """Per-row losses against the baseline's; a change the user allowed to alter what is trained (an
-    image resolution cap) is exempt, and once one is kept, later changes are held to its losses."""
+    image resolution cap) is exempt, and once one is kept, later changes are held to its losses. A script's
+    rows are matched by content (probes/row_parity.py); `strict`: another weighting is refused too."""
     if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
         return {"ok": True, "checked": False, "worst": None, "tolerance": None,
                 "reason": measurement.get("parity_note") or base.get("parity_note")
@@ -124,8 +125,15 @@ def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: I
     # reason; only one the reference's losses were made without: a QLoRA start keeps precision's tolerance.
     already = set(numerics_changes(reference_knobs))
     looser = [(NUMERICS[change], change) for change in numerics_changes(knobs) if change not in already]
-    result = parity.compare(reference["parity_losses"], measurement["parity_losses"],
-                            max([tolerance] + [tol for (tol, _), _ in looser]))
+    tol = max([tolerance] + [tol for (tol, _), _ in looser])
+    if reference.get("parity_rows") and measurement.get("parity_rows"):
+        # The reference's repeated runs (the baseline's, where it is the reference) give the statistical
+        # check its spread when the script draws other rows.
+        runs = records[0]["measurements"][1:] if reference is base and records else []
+        baselines = [reference["parity_rows"]] + [m["parity_rows"] for m in runs if m.get("parity_rows")]
+        result = row_parity.compare(baselines, measurement["parity_rows"], tol, strict)
+    else:
+        result = parity.compare(reference["parity_losses"], measurement["parity_losses"], tol)
     if looser:
         result["reason"] += "; " + "; ".join(f"{name}={value}: tolerance {tol:.0e}, as {why}"
                                              for (tol, why), (name, value) in looser)
