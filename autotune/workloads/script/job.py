@@ -45,15 +45,21 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     from . import names
 
     own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
+    parsed: tuple[str, ...] = ()
     if pairs.get("host", "local") == "local":
-        from . import probe
+        from . import parsed as parse_run, probe
+        from .parsers import needs_parse
 
+        if needs_parse(parse_script(script)):
+            # The parser's dataclasses or defaults are out of the source's reach: what it returns in a run is read.
+            configs = [(Path(label).expanduser(), label) for label in labels]
+            parsed = parse_run.stored(parse_run.probe(script, configs, args, Path.cwd(), smoke), own_names)
         # A role no name was found for: a setting whose name suggests it is confirmed by one short run here.
-        own_names += probe.confirmed(script, labels, args, Path.cwd(), own_names, smoke)
+        own_names += probe.confirmed(script, labels, args, Path.cwd(), own_names, smoke, parse_run.read(parsed)[1])
     adapter = ScriptAdapter.for_script(script, labels, args, None,
                                   whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
                                   whole("effective_batch", pairs["effective_batch"], 1)
-                                  if "effective_batch" in pairs else None, own_names)
+                                  if "effective_batch" in pairs else None, own_names, parsed)
     if adapter.max_len is None:
         raise JobError(adapter.not_understood("no sequence length found in the script or its configs", ("max_len",))
                        + " (or give max_len= to record it)")
@@ -64,5 +70,6 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     return Job(**common_fields(run, pairs, smoke), model=f"script:{script.name}", dataset="(the script's)",
                max_len=adapter.max_len, effective_batch=adapter.effective_batch, method="sft", weights="random",
                script=ScriptJob(path=str(script.resolve()), configs=labels + tuple(adapter.discovery.arg_configs),
-                                args=" ".join(shlex.quote(a) for a in args), knobs=own_names),
+                                args=" ".join(shlex.quote(a) for a in args), knobs=own_names,
+                                parsed=parsed),
                start=adapter.start)

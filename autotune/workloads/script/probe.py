@@ -98,12 +98,13 @@ def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Pa
 
 
 def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
-              smoke: bool) -> tuple[str, ...]:
-    """`name:knob:probed` for each candidate a probe run confirmed (none where discovery lacks nothing)."""
+              smoke: bool, parsed: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """`name:knob:probed` for each candidate a probe run confirmed (none where discovery lacks nothing);
+    `parsed`: what the script's parser returned in a run (parsed.py)."""
     from .styles import discover
 
     configs = [(cwd / Path(label).expanduser(), label) for label in labels]
-    found = discover(script, configs, args, cwd, own)
+    found = discover(script, configs, args, cwd, own, parsed)
     configs += [(cwd / Path(label).expanduser(), label) for label in found.arg_configs]
     out: list[str] = []
     done: set[str] = set()
@@ -119,7 +120,7 @@ def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
             continue
         # The candidate read as that role, by the same route a user's script_knobs= would give it.
         as_knob = knob or "bf16"   # a switch is read as a bf16 flag until the runs say which precision it is
-        setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",)).get(names.TARGETS[as_knob])
+        setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",), parsed).get(names.TARGETS[as_knob])
         if setting is None or not isinstance(setting.value, int):
             continue
         if role in SWITCHES:
