@@ -109,7 +109,7 @@ class Watch:
 def parse(spec: dict[str, Any], build_workdir: Any) -> dict[str, Any]:
     """The runner's `kind=parse`: the script run until its parser returns, in the trial's mirror of the
     user's folder (`build_workdir`, the runner's); what that returned."""
-    mirror, script, argv = build_workdir(spec)
+    mirror, script, argv, _ = build_workdir(spec)
     watch = Watch().install()
     old_argv, old_path, old_cwd = sys.argv, list(sys.path), os.getcwd()
     sys.argv, sys.path[:0] = [str(script), *argv], [str(script.parent)]
@@ -133,9 +133,11 @@ PARSE_TIMEOUT_S = 300
 PARSER_MARK = "@"   # the stored entry that names the parser: "@TrlParser.parse_args_and_config"
 
 
-def probe(script: Any, configs: list[tuple[Any, str]], args: list[str], cwd: Any, smoke: bool) -> dict[str, Any] | None:
+def probe(script: Any, configs: list[tuple[Any, str]], args: list[str], cwd: Any, smoke: bool, work: Any,
+          exclude: list[Any]) -> dict[str, Any] | None:
     """What the script's parser returns with these arguments (`parse` in a child process, as a trial
-    runs), or None where it did not return (the script failed first, or reached its model without one)."""
+    runs, in a folder under `work`; `exclude`: what its copy of `cwd` leaves out), or None where it did
+    not return (the script failed first, or reached its model without one)."""
     import tempfile
     from pathlib import Path
 
@@ -145,10 +147,11 @@ def probe(script: Any, configs: list[tuple[Any, str]], args: list[str], cwd: Any
             "knobs": {"precision": "fp32"},
             "script": {"path": str(Path(script).resolve()), "cwd": str(cwd),
                        "configs": [{"label": label, "path": str(Path(path).resolve())} for path, label in configs],
-                       "edits": {}, "args": list(args), "expect": {}, "exclude": []},
+                       "edits": {}, "args": list(args), "expect": {},
+                       "exclude": [str(Path(path).resolve()) for path in exclude]},
             "flags": [], "measure_steps": 1, "warmup_max": 0}
-    with tempfile.TemporaryDirectory(prefix="autotune-parse-") as folder:
-        spec["workdir"] = folder
+    with tempfile.TemporaryDirectory(prefix="parse-", dir=work) as folder:
+        spec["workdir"] = str(Path(folder).resolve())
         result = LocalExecutor().run(spec, Path(folder), PARSE_TIMEOUT_S)
     return result.get("parsed") if result.get("state") == "complete" else None
 

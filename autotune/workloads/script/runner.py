@@ -1,9 +1,8 @@
 """Runs a user's training script as it is and measures it: `python -m autotune.workloads.script.runner SPEC RESULT`.
 
-The script runs in a per-trial work folder that mirrors the user's folder: the script and its config
-files are copies there (the configs with this trial's edits), everything else is a link to the
-original, so the script finds its files at the paths it expects. The script and its configs are never
-written; a script that itself writes into an existing file of the user's does so through the link.
+The script runs in a per-trial copy of the user's folder (workloads/script/tree.py: a reflink where the
+file system allows, else a plain copy), with its configs edited to say this trial's knobs, so the script
+finds its files at the paths it expects and nothing it writes, truncates or deletes reaches the user's.
 
 Process-wide hooks are installed before the script starts:
 - an optimizer step post-hook (every optimizer) times each step, with the device synchronised;
@@ -30,6 +29,7 @@ from typing import Any
 
 from ...config.messages import PARITY_STEPS
 from ...engine import common
+from ...util.errors import JobError
 from .losses import LossReader, patch_cross_entropy
 from .rows import Census, row_key
 
@@ -63,11 +63,12 @@ def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
     return json.dumps(data, indent=2) if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
 
 
-def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
-    """The mirror of the user's folder for this trial: (its root, the script's copy, the argv)."""
+def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str, Any]]:
+    """The trial's copy of the user's folder: (its root, the script's copy, the argv, how it was copied)."""
+    from . import tree
+
     script = spec["script"]
     cwd, mirror = Path(script["cwd"]), Path(spec["workdir"]) / "tree"
-    exclude = {Path(p) for p in script.get("exclude", [])}
     files: dict[Path, bytes] = {Path(script["path"]): Path(script["path"]).read_bytes()}
     for config in script["configs"]:
         original = Path(config["path"])
@@ -78,19 +79,17 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
     for original in files:
         inside = original.is_relative_to(cwd)
         placed[original] = mirror / (original.relative_to(cwd) if inside else Path("_outside", *original.parts[1:]))
-    needed = {cwd}
-    for original in files:
-        if original.is_relative_to(cwd):
-            needed.update(p for p in original.parents if p.is_relative_to(cwd))
-    for folder in sorted(needed):
-        target = mirror / folder.relative_to(cwd)
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in folder.iterdir():
-            if entry in exclude or entry in needed or entry in files or (target / entry.name).exists():
-                continue
-            (target / entry.name).symlink_to(entry)
+    # A copy, never links: whatever the script writes, truncates or deletes stays in the trial's folder.
+    try:
+        copied = tree.copy(tree.plan(cwd, [Path(p) for p in script.get("exclude", [])] + [Path(spec["workdir"])]),
+                           mirror)
+    except JobError as error:
+        from ...engine.train import TrialFault
+
+        raise TrialFault("invalid", str(error)) from None
     for original, copy in placed.items():
         copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.unlink(missing_ok=True)
         copy.write_bytes(files[original])
     # The user's own arguments may name a config by its original path: point them at the copy.
     renamed = {str(o): str(c) for o, c in placed.items()}
@@ -100,7 +99,7 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
         return f"{option}={renamed.get(value, value)}" if eq and option.startswith("--") else renamed.get(word, word)
 
     argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
-    return mirror, placed[Path(script["path"])], argv
+    return mirror, placed[Path(script["path"])], argv, copied
 
 
 def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int]]:
@@ -263,7 +262,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from ...engine.train import TrialFault
 
     common.inject_early_fault(spec.get("inject_fault"))
-    mirror, script, argv = build_workdir(spec)
+    mirror, script, argv, copied = build_workdir(spec)
     seed = spec["job"].get("seed", 0)
     random.seed(seed)
     torch.manual_seed(seed)
@@ -322,6 +321,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
                   "trainable_params": sum(p.numel() for p in meter.root.parameters() if p.requires_grad),
                   "model_type": getattr(config, "model_type", None) or type(meter.root).__name__},
         "data": {"padding_share": round(1 - sum(tokens) / padded, 4) if padded else None},
+        "tree": copied,
     }
     from .checks import mismatch, observed
 
@@ -360,7 +360,7 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         return trial(spec)
     finally:
-        # Links and copies only (rmtree does not follow links): the user's files stay as they were.
+        # The trial's own copy: the user's folder is not under it.
         shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune import schemas
-from autotune.workloads.jobs import job_from_words
+from autotune import job_from_words
 from autotune.workloads.script import ScriptAdapter
 
 # A config that leaves bf16 and checkpointing to SFTConfig, as TRL's own README runs sft.py.
