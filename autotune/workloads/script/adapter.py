@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from ...util.errors import JobError
-from ...config.knobs import ATTENTION, NAIVE_START, OPTIMIZERS, Knobs
+from ...config.knobs import CATALOG, NAIVE_START, TABLE, Knobs
 from .discover import ALIASES, Discovery, Setting
 
-# Roles whose value is the knob's own value.
-DIRECT = ("gradient_checkpointing", "torch_compile", "dataloader_num_workers", "dataloader_pin_memory",
-          "attn_implementation", "group_by_length", "optim")
+# Roles whose value is the knob's own value: the knobs the table gives script names and no other role.
+DIRECT = tuple(knob.name for knob in TABLE if knob.script_names and knob.script_role is None)
 _BOOL_WORDS = {"true": True, "false": False, "yes": True, "no": False, "1": True, "0": False}
 # How a precision string names each precision, by style (recognised from the current value).
 _PRECISION_STYLES = (
@@ -178,15 +177,12 @@ class ScriptAdapter:
     def _direct_value(self, role: str, setting: Setting) -> Any:
         if role == "group_by_length" and _key(setting) == "train_sampling_strategy":
             return setting.value == "group_by_length" if isinstance(setting.value, str) else None
-        if role in ("gradient_checkpointing", "torch_compile", "dataloader_pin_memory", "group_by_length"):
+        knob = CATALOG[role]
+        if knob.kind == "bool":
             return _as_bool(setting.value)
-        if role == "dataloader_num_workers":
+        if knob.kind == "int":
             return int(setting.value) if str(setting.value).isdigit() else None
-        if role == "attn_implementation":
-            return setting.value if setting.value in ATTENTION else None
-        if role == "optim":
-            return setting.value if setting.value in OPTIMIZERS else None
-        return None
+        return setting.value if setting.value in knob.choices else None
 
     def _precision(self) -> str | None:
         text = self.discovery.get("precision")
