@@ -76,21 +76,29 @@ class ScriptAdapter:
     @classmethod
     def for_script(cls, script: Path, labels: tuple[str, ...] | list[str], args: list[str], cwd: Path | None = None,
                    max_len: int | None = None, effective_batch: int | None = None,
-                   names: tuple[str, ...] = ()) -> "ScriptAdapter":
+                   names: tuple[str, ...] = (), parsed: tuple[str, ...] = ()) -> "ScriptAdapter":
         """Discover the script's settings (configs as the user named them, relative to `cwd`), let its
-        own arguments override its defaults, and build the adapter. `names`: the job's `script_knobs`."""
+        own arguments override its defaults, and build the adapter. `names`: the job's `script_knobs`;
+        `parsed`: its `script.parsed`, what the script's parser returned in a run (parsed.py)."""
         from .discover import apply_args
+        from .parsed import read
         from .styles import discover
 
         base = cwd or Path.cwd()
         configs = [(base / Path(label).expanduser(), label) for label in labels]
-        found = discover(script, configs, args, base, tuple(names))
+        parser, values = read(tuple(parsed))
+        found = discover(script, configs, args, base, tuple(names), values)
         apply_args(found, args)
         adapter = cls.build(found, max_len, effective_batch, (script, configs + [
             (base / Path(label).expanduser(), label) for label in found.arg_configs], list(args)))
         from .names import probed
 
         adapter.probed = probed(names)
+        if parser:
+            read_so = [f"{s.path[-1] if s.source != 'argv' else s.path[0]}={s.value!r}" for s in found.settings
+                       if s.origin == "default" and (s.path[-1] if s.source != "argv" else s.path[0].lstrip("-")) in values]
+            adapter.notes.append(f"defaults as the script's parser returned them ({parser}, in a run stopped there): "
+                                 + (", ".join(read_so) or "none that autotune reads"))
         return adapter
 
     @classmethod
