@@ -41,6 +41,7 @@ class ScriptJob:
     configs: tuple[str, ...] = ()
     args: str = ""
     knobs: tuple[str, ...] = ()
+    launcher: str = ""     # `accelerate launch ...` / `torchrun ...` (shell-quoted); empty: `python script.py`
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,8 @@ class Tracking:
 # The groups' flat names in a Job's stored form (job.json, the child's spec, job files): that form is
 # the one run folders have always held, so old ones still resume.
 _FLAT = {"ssh": {"key": "ssh_key", "trust_new": "ssh_trust_new", "python": "ssh_python", "config": "ssh_config"},
-         "script": {"path": "script", "configs": "script_configs", "args": "script_args", "knobs": "script_knobs"},
+         "script": {"path": "script", "configs": "script_configs", "args": "script_args", "knobs": "script_knobs",
+                    "launcher": "script_launcher"},
          "mlp": {"width": "mlp_width", "depth": "mlp_depth", "rows": "mlp_rows"},
          "llm": {"model": "llm", "timeout_s": "llm_timeout_s"},
          "tracking": {"mlflow": "mlflow", "experiment": "mlflow_experiment"}}

@@ -74,7 +74,8 @@ class Tuner:
             from ..workloads.script import ScriptAdapter
 
             self.script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args),
-                                                   self.cwd, job.max_len, job.effective_batch, job.script.knobs)
+                                                   self.cwd, job.max_len, job.effective_batch, job.script.knobs,
+                                                   tuple(shlex.split(job.script.launcher)))
 
     @property
     def records(self) -> list[dict[str, Any]]:

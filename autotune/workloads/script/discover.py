@@ -28,7 +28,7 @@ ALIASES: dict[str, str] = {
     **dict.fromkeys(("per_device_train_batch_size", "batch_size", "micro_batch_size", "train_batch_size",
                      "train_micro_batch_size_per_gpu", "micro_batch", "per_device_batch_size"), "micro_batch"),
     **dict.fromkeys(("gradient_accumulation_steps", "grad_accum", "accumulation_steps", "gradient_accumulation",
-                     "grad_accumulation_steps", "accum_steps"), "accumulation"),
+                     "grad_accumulation_steps", "accum_steps", "accumulate_grad_batches"), "accumulation"),
     **dict.fromkeys(("gradient_checkpointing", "activation_checkpointing", "grad_checkpointing",
                      "checkpointing"), "gradient_checkpointing"),
     "bf16": "bf16", "fp16": "fp16", "tf32": "tf32",

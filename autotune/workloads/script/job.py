@@ -42,8 +42,9 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
         args = shlex.split(pairs.get("script_args", ""))
     except ValueError as error:
         raise JobError(f"script_args: {error}; quote the arguments as one shell word") from None
-    from . import names
+    from . import launch, names
 
+    launcher = launch.parse(pairs.get("script_launcher", ""))
     own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
     if pairs.get("host", "local") == "local":
         from . import probe
@@ -53,7 +54,7 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     adapter = ScriptAdapter.for_script(script, labels, args, None,
                                   whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None,
                                   whole("effective_batch", pairs["effective_batch"], 1)
-                                  if "effective_batch" in pairs else None, own_names)
+                                  if "effective_batch" in pairs else None, own_names, launcher)
     if adapter.max_len is None:
         raise JobError(adapter.not_understood("no sequence length found in the script or its configs", ("max_len",))
                        + " (or give max_len= to record it)")
@@ -64,5 +65,6 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
     return Job(**common_fields(run, pairs, smoke), model=f"script:{script.name}", dataset="(the script's)",
                max_len=adapter.max_len, effective_batch=adapter.effective_batch, method="sft", weights="random",
                script=ScriptJob(path=str(script.resolve()), configs=labels + tuple(adapter.discovery.arg_configs),
-                                args=" ".join(shlex.quote(a) for a in args), knobs=own_names),
+                                args=" ".join(shlex.quote(a) for a in args), knobs=own_names,
+                                launcher=" ".join(shlex.quote(w) for w in launcher)),
                start=adapter.start)

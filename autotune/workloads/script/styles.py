@@ -9,10 +9,11 @@ would set it: in the parser's config file when the run is given one, else as a f
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 from typing import Any
 
-from . import parsers, pyconfig
+from . import frameworks, parsers, pyconfig
 from ...util.errors import JobError
 from .discover import _OWN_NAMES, Discovery, Setting, _alias, parse_script, read_argparse, read_config
 
@@ -76,7 +77,14 @@ def _same(option: str, flag: str) -> bool:
     return option.lstrip("-").replace("-", "_") == flag.lstrip("-").replace("-", "_")
 
 
-def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Path) -> Discovery:
+def _lightning_cli_dupes(defaults: list[Setting], in_files: list[Setting]) -> list[Setting]:
+    """A LightningCLI default (`--trainer.precision`) that a config file sets is the file's key."""
+    keys = {".".join(p for p in s.path if p != "init_args") for s in in_files}
+    return [d for d in defaults if not (d.source == "argv" and d.path[0].lstrip("-") in keys)]
+
+
+def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Path,
+                    launcher: tuple[str, ...] = ()) -> Discovery:
     tree = _tree(script)
     style = parsers.style_of(tree)
     flags, named = parsers.read_args(args)
@@ -100,9 +108,13 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
         defaults = [d for d in _defaults(script, tree, style, parser_file) if d.path[0].lstrip("-") not in in_files]
     else:
         defaults = _defaults(script, tree, style, parser_file)
+    # Accelerate's and Lightning's own places: the script's calls, the launcher, the environment.
+    defaults = _lightning_cli_dupes(defaults + frameworks.settings(tree, list(launcher), dict(os.environ)),
+                                    found.settings)
     given = []
     for option, text, form in flags:
-        role = _alias(option.lstrip("-"))
+        # A LightningCLI flag names its section: --data.batch_size is the batch size.
+        role = _alias(option.lstrip("-").rsplit(".", 1)[-1])
         if role is None or option.lstrip("-") in _NOT_PRECISION and style.kind == "dataclass":
             continue
         match = next((d for d in defaults if d.source == "argv" and _same(option, d.path[0])), None)
@@ -124,15 +136,16 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
 
 
 def discover(script: Path, configs: list[tuple[Path, str]], args: list[str] | None = None,
-             cwd: Path | None = None, names: tuple[str, ...] = ()) -> Discovery:
+             cwd: Path | None = None, names: tuple[str, ...] = (), launcher: tuple[str, ...] = ()) -> Discovery:
     """What the script's settings are, by every style it is read in (the one entry point of script/).
-    `names`: the user's `script_knobs=` pairs; a role they name is the setting of that name alone."""
+    `names`: the user's `script_knobs=` pairs; a role they name is the setting of that name alone;
+    `launcher`: the words of `script_launcher=` (accelerate's precision flag lives there)."""
     from . import names as own
 
     mapped = own.roles(names)
     token = _OWN_NAMES.set(mapped)
     try:
-        found = discover_styles(script, configs, list(args or []), cwd or Path.cwd())
+        found = discover_styles(script, configs, list(args or []), cwd or Path.cwd(), tuple(launcher))
     finally:
         _OWN_NAMES.reset(token)
     if mapped:
