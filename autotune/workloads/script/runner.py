@@ -1,9 +1,8 @@
 """Runs a user's training script as it is and measures it: `python -m autotune.workloads.script.runner SPEC RESULT`.
 
-The script runs in a per-trial work folder that mirrors the user's folder: the script and its config
-files are copies there (the configs with this trial's edits), everything else is a link to the
-original, so the script finds its files at the paths it expects. The script and its configs are never
-written; a script that itself writes into an existing file of the user's does so through the link.
+The script runs in a per-trial copy of the user's folder (workloads/script/tree.py: a reflink where the
+file system allows, else a plain copy), with its configs edited to say this trial's knobs, so the script
+finds its files at the paths it expects and nothing it writes, truncates or deletes reaches the user's.
 
 Process-wide hooks are installed before the script starts:
 - an optimizer step post-hook (every optimizer) times each step, with the device synchronised;
@@ -22,7 +21,6 @@ A trial with a launcher (`accelerate launch`, `torchrun`) runs inside it (worklo
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import runpy
@@ -36,6 +34,7 @@ from typing import Any
 from ...config.messages import PARITY_STEPS
 from ...engine import common
 from .losses import LossReader, patch_cross_entropy
+from .rows import Census, row_key
 from .stages import autocast_dtype, synchronize, timed_backward
 from .workdir import _edited, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
 
@@ -63,11 +62,7 @@ def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int
             length = int(mask[index].sum()) if mask is not None else ids.shape[1]
             first = int(mask[index].nonzero()[0]) if mask is not None and length else 0
             rows.append((slice(first, first + length), index))
-    keyed = []
-    for span, index in rows:
-        tokens = ids[index, span].tolist()
-        keyed.append((hashlib.sha1(repr(tokens).encode()).hexdigest(), span, index))
-    return keyed
+    return [(row_key(ids[index, span].tolist()), span, index) for span, index in rows]
 
 
 class Meter:
@@ -94,6 +89,7 @@ class Meter:
         self.step_padded: list[int] = []
         self.ends: list[float] = []
         self.reader = LossReader()   # per-row losses for parity (script_losses.py)
+        self.census = Census()       # which rows each step trained, by content (rows.py)
         self.trainable = self.frozen = self.params = 0
         self.optimizer: Any = None
         # What the step was seen to do (script_checks.py): per model call and per optimizer step.
@@ -157,6 +153,7 @@ class Meter:
         if keyed:
             self.row_lengths.append(real / len(keyed))
         self.padded += ids.numel()
+        self.census.add(len(self.ends) + 1, keyed, ids)
         self.reader.end(len(self.ends) + 1, keyed, ids, args, kwargs, output)
 
     def _observe(self, module: Any, ids: Any, rows: int) -> None:
@@ -231,6 +228,13 @@ class Meter:
     def parity(self) -> dict[str, list[float]] | None:
         return self.reader.parity
 
+    @property
+    def parity_rows(self) -> dict[str, Any] | None:
+        """The per-row losses by row key with the rows every step trained (rows.py), for parity by row."""
+        # The worst-case steps run autotune's rows, not the script's: they are not among the steps compared.
+        steps = min(len(self.ends), self.profile_end)
+        return self.census.summary(self.reader.losses, steps) if self.parity is not None else None
+
     def reading(self) -> LossReader | None:
         """The loss reader while parity steps run outside a graph dynamo traces, else None."""
         return None if _compiling() or len(self.ends) >= PARITY_STEPS else self.reader
@@ -262,7 +266,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
 
     common.inject_early_fault(spec.get("inject_fault"))
     os.environ.update(spec["script"].get("env", {}))   # accelerate's precision, where the script reads it there
-    mirror, script, argv = build_workdir(spec)
+    mirror, script, argv, copied = build_workdir(spec)
     seed = spec["job"].get("seed", 0)
     random.seed(seed)
     torch.manual_seed(seed)
@@ -323,13 +327,15 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         "median_step_s": median(measured), "step_times_s": [round(t, 6) for t in measured],
         "warmup_times_s": [round(t, 6) for t in warmup], "real_tokens_per_step": tokens,
         "model_flops": flops, "hardware_flops": flops, "mfu": mfu, "hfu": mfu, "peak_flops": peak,
-        "peak_memory": meter.measured_peak or memory.read_peak(device), "parity_losses": meter.parity, "parity_note": meter.reader.why_not,
+        "peak_memory": meter.measured_peak or memory.read_peak(device), "parity_losses": meter.parity,
+        "parity_rows": meter.parity_rows, "parity_note": meter.reader.why_not,
         "nvml": sampler.summary(),
         "env": {"torch": torch.__version__, "threads": torch.get_num_threads()},
         "model": {"params": meter.params, "matmul_params": meter.trainable + meter.frozen,
                   "trainable_params": sum(p.numel() for p in meter.root.parameters() if p.requires_grad),
                   "model_type": getattr(config, "model_type", None) or type(meter.root).__name__},
         "data": {"padding_share": round(1 - sum(tokens) / padded, 4) if padded else None},
+        "tree": copied,
         "breakdown": breakdown(meter.phases.totals(), padded - sum(tokens), sum(tokens)),
     }
     if meter.worst_peak is not None:
@@ -361,6 +367,13 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
 def body(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "frame":
         return frame(spec)
+    if spec["kind"] == "parse":
+        from .parsed import parse
+
+        try:
+            return parse(spec, build_workdir)
+        finally:
+            shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
     from . import launch
 
     if spec["script"].get("launcher") and not launch.launched():
@@ -368,7 +381,7 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         return trial(spec)
     finally:
-        # Links and copies only (rmtree does not follow links): the user's files stay as they were.
+        # The trial's own copy: the user's folder is not under it.
         shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
 
 

@@ -1,11 +1,13 @@
-"""The per-trial work folder of a script trial: a mirror of the user's folder in which the script and its
-config files are copies (the configs with this trial's edits, the script with its own calls' keywords
-edited), everything else a link to the original, so the script finds its files at the paths it expects."""
+"""The per-trial work folder of a script trial: a copy of the user's folder in which the script and its
+config files carry this trial's edits (the configs' keys, the script's own calls' keywords), so the
+script finds its files at the paths it expects and whatever it writes stays in the trial's folder."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from ...util.errors import JobError
 
 
 def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
@@ -26,11 +28,12 @@ def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
     return json.dumps(data, indent=2) if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
 
 
-def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
-    """The mirror of the user's folder for this trial: (its root, the script's copy, the argv)."""
+def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str, Any]]:
+    """The trial's copy of the user's folder: (its root, the script's copy, the argv, how it was copied)."""
+    from . import tree
+
     script = spec["script"]
     cwd, mirror = Path(script["cwd"]), Path(spec["workdir"]) / "tree"
-    exclude = {Path(p) for p in script.get("exclude", [])}
     files: dict[Path, bytes] = {Path(script["path"]): Path(script["path"]).read_bytes()}
     if script.get("source_edits"):   # keywords of the script's own calls (workloads/script/frameworks.py)
         from .frameworks import edit_source
@@ -45,19 +48,17 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
     for original in files:
         inside = original.is_relative_to(cwd)
         placed[original] = mirror / (original.relative_to(cwd) if inside else Path("_outside", *original.parts[1:]))
-    needed = {cwd}
-    for original in files:
-        if original.is_relative_to(cwd):
-            needed.update(p for p in original.parents if p.is_relative_to(cwd))
-    for folder in sorted(needed):
-        target = mirror / folder.relative_to(cwd)
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in folder.iterdir():
-            if entry in exclude or entry in needed or entry in files or (target / entry.name).exists():
-                continue
-            (target / entry.name).symlink_to(entry)
+    # A copy, never links: whatever the script writes, truncates or deletes stays in the trial's folder.
+    try:
+        copied = tree.copy(tree.plan(cwd, [Path(p) for p in script.get("exclude", [])] + [Path(spec["workdir"])]),
+                           mirror)
+    except JobError as error:
+        from ...engine.train import TrialFault
+
+        raise TrialFault("invalid", str(error)) from None
     for original, copy in placed.items():
         copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.unlink(missing_ok=True)
         copy.write_bytes(files[original])
     # The user's own arguments may name a config by its original path: point them at the copy.
     renamed = {str(o): str(c) for o, c in placed.items()}
@@ -67,4 +68,4 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
         return f"{option}={renamed.get(value, value)}" if eq and option.startswith("--") else renamed.get(word, word)
 
     argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
-    return mirror, placed[Path(script["path"])], argv
+    return mirror, placed[Path(script["path"])], argv, copied
