@@ -81,6 +81,7 @@ class Meter:
         self.worst = WorstCase(max_len)
         self.measured_peak: dict[str, Any] | None = None
         self.worst_peak: dict[str, Any] | None = None
+        self.worst_narrowest: int | None = None   # the narrowest model call of the worst-case steps
         self.root: Any = None
         self.depth = 0
         self.rows = self.tokens = self.padded = 0
@@ -213,12 +214,15 @@ class Meter:
 
         if len(self.ends) >= self.end:
             if self.worst.active:
-                self.worst_peak = memory.read_peak(self.device)
+                self.worst_peak = memory.read_peak(self.device) if self.worst.complete else None
+                self.worst_narrowest = self.worst.narrowest
             self.worst.end()
             raise MeasurementDone()
         if not self.worst.active and self.root is not None:
-            memory.reset_peak(self.device)    # the optimizer state is there: the peak of the next two steps
             self.worst.begin(self.root)
+        elif len(self.ends) == self.profile_end + 1:
+            self.worst.restart()               # the lead-in is over; the optimizer state is there
+            memory.reset_peak(self.device)
 
     def optimizer_starts(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self.optimizer is None or optimizer is self.optimizer:
@@ -262,7 +266,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from ...probes.timing import median
     from ...engine.train import TrialFault
     from ...probes.profile import breakdown
-    from .stages import ceiling
+    from .stages import worst_case
 
     common.inject_early_fault(spec.get("inject_fault"))
     os.environ.update(spec["script"].get("env", {}))   # accelerate's precision, where the script reads it there
@@ -338,8 +342,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         "tree": copied,
         "breakdown": breakdown(meter.phases.totals(), padded - sum(tokens), sum(tokens)),
     }
-    if meter.worst_peak is not None:
-        measurement["ceiling"] = ceiling(meter.worst_peak, device, spec["job"], meter.worst.rows)
+    measurement.update(worst_case(meter, device, spec["job"]))
     from .checks import mismatch, observed
 
     measurement["observed"] = observed(meter)

@@ -7,10 +7,11 @@
   which `loss.backward()`, `accelerator.backward` and Lightning all call), optimizer (the optimizer's
   step, less the forward and backward a closure runs inside it, as Lightning's does); the rest of the
   step is host time between them.
-- Worst-case steps (`ceiling`): two optimizer steps in which every call of the model gets rows of
-  `max_len` real tokens (random ids, a full mask, labels the ids), as many rows as the script's own
-  micro-batch, with the optimizer state already there and the accumulation as the script runs it: a
-  config whose worst batch does not fit ends `oom` before it could fail hours into a real run.
+- Worst-case steps (`ceiling`): optimizer steps in which every batch out of the script's DataLoader
+  holds rows of `max_len` real tokens (random ids, a full mask, labels the ids), as many rows as the
+  script's own micro-batch, with the optimizer state already there and the accumulation as the script
+  runs it: a config whose worst batch does not fit ends `oom` before it could fail hours into a real
+  run. A script whose rows are max_len wide already (nanoGPT's windows) needs no widening.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Callable
 
 from ...probes.profile import PhaseTimer
 
-WORST_STEPS = 2
+WORST_STEPS = 3   # a lead-in step (batches fetched ahead), then the two whose peak is read
 
 
 class Phases:
@@ -75,45 +76,104 @@ class Phases:
 
 
 class WorstCase:
-    """Rows of max_len real tokens into every call of the model, for the worst-case steps."""
+    """Rows of max_len real tokens in every batch the script's DataLoader hands it, for the worst-case
+    steps: widened where they come out of the loader, so the script's own labels, masks and loss see
+    the same rows its model does. Frameworks fetch a batch or two ahead (accelerate, Lightning), so
+    the first worst-case step is a lead-in: the peak is read over the two after it, and only where
+    every call of the model in them was max_len wide."""
 
     def __init__(self, max_len: int) -> None:
         self.max_len = max_len
-        self.handle: Any = None
+        self.handles: list[Any] = []
         self.rows = 0
+        self.narrowest: int | None = None
+        self.vocab = 2
 
     @property
     def active(self) -> bool:
-        return self.handle is not None
+        return bool(self.handles)
 
     def begin(self, root: Any) -> None:
-        self.handle = root.register_forward_pre_hook(self.widen, with_kwargs=True)
+        from torch.utils.data import dataloader
+
+        self.vocab = max(2, _vocab(root) or 2)
+        original = dataloader._BaseDataLoaderIter.__next__
+
+        def widened(iterator: Any) -> Any:
+            return self.widen(original(iterator))
+
+        dataloader._BaseDataLoaderIter.__next__ = widened
+        self.handles = [lambda: setattr(dataloader._BaseDataLoaderIter, "__next__", original),
+                        root.register_forward_pre_hook(self.seen, with_kwargs=True).remove]
+
+    def restart(self) -> None:
+        """The lead-in step is over: from here every call must be max_len wide."""
+        self.narrowest, self.rows = None, 0
 
     def end(self) -> None:
-        if self.handle is not None:
-            self.handle.remove()
-            self.handle = None
+        for undo in self.handles:
+            undo()
+        self.handles = []
 
-    def widen(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+    @property
+    def complete(self) -> bool:
+        return self.narrowest is not None and self.narrowest >= self.max_len
+
+    def seen(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
         import torch
 
         ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
-        if ids is None or ids.dim() != 2 or ids.is_floating_point():
-            return args, kwargs
-        rows = ids.shape[0]
-        self.rows = max(self.rows, rows)
-        vocab = _vocab(module) or int(ids.max()) + 1
-        worst = torch.randint(1, max(2, vocab), (rows, self.max_len), dtype=ids.dtype, device=ids.device)
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2:
+            self.rows = max(self.rows, ids.shape[0])
+            self.narrowest = ids.shape[1] if self.narrowest is None else min(self.narrowest, ids.shape[1])
+
+    def widen(self, batch: Any) -> Any:
+        """The batch with each 2-D integer tensor of the token ids' shape at max_len: random ids (the same
+        in ids and labels), a full mask, positions counting up."""
+        import torch
+
+        tensors = _tensors(batch)
+        ids = next((t for name, t in tensors if name in ("input_ids", None) and _token_like(t)), None)
+        if ids is None or ids.shape[1] >= self.max_len:
+            return batch
+        worst = torch.randint(1, self.vocab, (ids.shape[0], self.max_len), dtype=ids.dtype, device=ids.device)
 
         def like(name: str | None, value: Any) -> Any:
-            if not isinstance(value, torch.Tensor) or value.shape != ids.shape:
+            if not isinstance(value, torch.Tensor) or value.shape != ids.shape or value.is_floating_point():
                 return value
-            if name == "attention_mask":
-                return torch.ones_like(worst, dtype=value.dtype)
+            if name and "mask" in name:
+                return torch.ones(worst.shape, dtype=value.dtype, device=value.device)
             if name == "position_ids":
-                return torch.arange(self.max_len, device=value.device, dtype=value.dtype).expand(rows, -1)
-            return worst.clone() if not value.is_floating_point() else value
-        return tuple(like(None, a) for a in args), {k: like(k, v) for k, v in kwargs.items()}
+                return torch.arange(self.max_len, device=value.device, dtype=value.dtype).expand(ids.shape[0], -1)
+            return worst.to(value.dtype).clone()
+        if isinstance(batch, dict):
+            return type(batch)({k: like(k, v) for k, v in batch.items()}) if type(batch) is dict else \
+                _set_items(batch, like)
+        if isinstance(batch, (list, tuple)):
+            return type(batch)(like(None, v) for v in batch)
+        return like(None, batch)
+
+
+def _set_items(batch: Any, like: Callable[[str | None, Any], Any]) -> Any:
+    for key in list(batch.keys()):   # a BatchEncoding or another mapping that is not a plain dict
+        batch[key] = like(key, batch[key])
+    return batch
+
+
+def _token_like(value: Any) -> bool:
+    return value.dim() == 2 and not value.is_floating_point() and value.dtype.is_signed
+
+
+def _tensors(batch: Any) -> list[tuple[str | None, Any]]:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return [(None, batch)]
+    if isinstance(batch, dict) or hasattr(batch, "keys"):
+        return [(k, v) for k, v in batch.items() if isinstance(v, torch.Tensor)]
+    if isinstance(batch, (list, tuple)):
+        return [(None, v) for v in batch if isinstance(v, torch.Tensor)]
+    return []
 
 
 def _vocab(module: Any) -> int | None:
@@ -176,3 +236,15 @@ def timed_backward(meter: Any) -> Any:
 
     torch.autograd.backward = backward
     return types.SimpleNamespace(remove=lambda: setattr(torch.autograd, "backward", original))
+
+
+def worst_case(meter: Any, device: str, job: dict[str, Any]) -> dict[str, Any]:
+    """The measurement's `ceiling` after the worst-case steps (nothing where none ran), or why there is
+    none: the rows never reached the model at max_len."""
+    if meter.worst_peak is not None:
+        return {"ceiling": ceiling(meter.worst_peak, device, job, meter.worst.rows)}
+    if meter.end <= meter.profile_end:
+        return {}
+    return {"ceiling_unchecked": f"the worst-case rows did not reach the model (its narrowest call was "
+                                 f"{meter.worst_narrowest} tokens wide): the script's batches do not come out "
+                                 "of a torch DataLoader"}
