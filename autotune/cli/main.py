@@ -81,8 +81,7 @@ def tune(run: str, words: list[str], runs_dir: str, as_json: bool = False, fail_
 
 def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any, dict[str, Any]]:
     """The job from the words (or from the run folder, for resume and review), then the library's tune."""
-    from ..api import tune as tune_job
-    from ..workloads.jobs import job_from_words
+    from ..api import job_from_words, tune as tune_job
 
     again = [w for w in words if w in ("resume", "review")]
     if again:
@@ -93,7 +92,7 @@ def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any
                            f"(autotune tune {run} {again[0]})")
         job, modes = load_job(Path(runs_dir), run), again
     else:
-        job, modes = job_from_words(run, words)
+        job, modes = job_from_words(run, words, runs_dir)
     if "review" in modes:
         return (job, *review(run, job, runs_dir))
     outcome = tune_job(job, None, Path(runs_dir), fresh="fresh" in modes, resume="resume" in modes)
@@ -111,7 +110,8 @@ def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:
         from ..workloads.script import ScriptAdapter
 
         script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args), None,
-                                          job.max_len, job.effective_batch, job.script.knobs)
+                                          job.max_len, job.effective_batch, job.script.knobs,
+                                          job.script.parsed)
     outcome, config, _ = rewrite(Path(runs_dir), run, script)
     print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
           f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")

@@ -258,7 +258,10 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
                    realize=job.realize)
     if job.mlp is not None:
         out.update(mlp_width=job.mlp.width, mlp_depth=job.mlp.depth, mlp_rows=job.mlp.rows)
-    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, allow_numerics_change=job.allow_numerics_change)
+    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, min_gain=job.min_gain,
+               allow_numerics_change=job.allow_numerics_change)
+    if job.strict_parity:
+        out["strict_parity"] = True
     optional = {"gpu": job.gpu, "kb": job.kb, "max_trials": job.max_trials, "only": list(job.only),
                 "time": f"{job.time_budget_s}s" if job.time_budget_s else None,
                 "mem_limit": f"{job.mem_limit}B" if job.mem_limit else None,

@@ -1,9 +1,8 @@
 """Runs a user's training script as it is and measures it: `python -m autotune.workloads.script.runner SPEC RESULT`.
 
-The script runs in a per-trial work folder that mirrors the user's folder: the script and its config
-files are copies there (the configs with this trial's edits), everything else is a link to the
-original, so the script finds its files at the paths it expects. The script and its configs are never
-written; a script that itself writes into an existing file of the user's does so through the link.
+The script runs in a per-trial copy of the user's folder (workloads/script/tree.py: a reflink where the
+file system allows, else a plain copy), with its configs edited to say this trial's knobs, so the script
+finds its files at the paths it expects and nothing it writes, truncates or deletes reaches the user's.
 
 Process-wide hooks are installed before the script starts:
 - an optimizer step post-hook (every optimizer) times each step, with the device synchronised;
@@ -18,7 +17,6 @@ the script by raising `MeasurementDone` through it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 import runpy
@@ -31,7 +29,9 @@ from typing import Any
 
 from ...config.messages import PARITY_STEPS
 from ...engine import common
+from ...util.errors import JobError
 from .losses import LossReader, patch_cross_entropy
+from .rows import Census, row_key
 
 
 _is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
@@ -63,11 +63,12 @@ def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
     return json.dumps(data, indent=2) if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
 
 
-def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
-    """The mirror of the user's folder for this trial: (its root, the script's copy, the argv)."""
+def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str, Any]]:
+    """The trial's copy of the user's folder: (its root, the script's copy, the argv, how it was copied)."""
+    from . import tree
+
     script = spec["script"]
     cwd, mirror = Path(script["cwd"]), Path(spec["workdir"]) / "tree"
-    exclude = {Path(p) for p in script.get("exclude", [])}
     files: dict[Path, bytes] = {Path(script["path"]): Path(script["path"]).read_bytes()}
     for config in script["configs"]:
         original = Path(config["path"])
@@ -78,19 +79,17 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
     for original in files:
         inside = original.is_relative_to(cwd)
         placed[original] = mirror / (original.relative_to(cwd) if inside else Path("_outside", *original.parts[1:]))
-    needed = {cwd}
-    for original in files:
-        if original.is_relative_to(cwd):
-            needed.update(p for p in original.parents if p.is_relative_to(cwd))
-    for folder in sorted(needed):
-        target = mirror / folder.relative_to(cwd)
-        target.mkdir(parents=True, exist_ok=True)
-        for entry in folder.iterdir():
-            if entry in exclude or entry in needed or entry in files or (target / entry.name).exists():
-                continue
-            (target / entry.name).symlink_to(entry)
+    # A copy, never links: whatever the script writes, truncates or deletes stays in the trial's folder.
+    try:
+        copied = tree.copy(tree.plan(cwd, [Path(p) for p in script.get("exclude", [])] + [Path(spec["workdir"])]),
+                           mirror)
+    except JobError as error:
+        from ...engine.train import TrialFault
+
+        raise TrialFault("invalid", str(error)) from None
     for original, copy in placed.items():
         copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.unlink(missing_ok=True)
         copy.write_bytes(files[original])
     # The user's own arguments may name a config by its original path: point them at the copy.
     renamed = {str(o): str(c) for o, c in placed.items()}
@@ -100,7 +99,7 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str]]:
         return f"{option}={renamed.get(value, value)}" if eq and option.startswith("--") else renamed.get(word, word)
 
     argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
-    return mirror, placed[Path(script["path"])], argv
+    return mirror, placed[Path(script["path"])], argv, copied
 
 
 def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int]]:
@@ -115,11 +114,7 @@ def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int
             length = int(mask[index].sum()) if mask is not None else ids.shape[1]
             first = int(mask[index].nonzero()[0]) if mask is not None and length else 0
             rows.append((slice(first, first + length), index))
-    keyed = []
-    for span, index in rows:
-        tokens = ids[index, span].tolist()
-        keyed.append((hashlib.sha1(repr(tokens).encode()).hexdigest(), span, index))
-    return keyed
+    return [(row_key(ids[index, span].tolist()), span, index) for span, index in rows]
 
 
 class Meter:
@@ -133,6 +128,7 @@ class Meter:
         self.step_padded: list[int] = []
         self.ends: list[float] = []
         self.reader = LossReader()   # per-row losses for parity (script_losses.py)
+        self.census = Census()       # which rows each step trained, by content (rows.py)
         self.trainable = self.frozen = self.params = 0
         self.optimizer: Any = None
         # What the step was seen to do (script_checks.py): per model call and per optimizer step.
@@ -188,6 +184,7 @@ class Meter:
         if keyed:
             self.row_lengths.append(real / len(keyed))
         self.padded += ids.numel()
+        self.census.add(len(self.ends) + 1, keyed, ids)
         self.reader.end(len(self.ends) + 1, keyed, ids, args, kwargs, output)
 
     def _observe(self, module: Any, ids: Any, rows: int) -> None:
@@ -233,6 +230,11 @@ class Meter:
     def parity(self) -> dict[str, list[float]] | None:
         return self.reader.parity
 
+    @property
+    def parity_rows(self) -> dict[str, Any] | None:
+        """The per-row losses by row key with the rows every step trained (rows.py), for parity by row."""
+        return self.census.summary(self.reader.losses, len(self.ends)) if self.parity is not None else None
+
     def reading(self) -> LossReader | None:
         """The loss reader while parity steps run outside a graph dynamo traces, else None."""
         return None if _compiling() or len(self.ends) >= PARITY_STEPS else self.reader
@@ -260,7 +262,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from ...engine.train import TrialFault
 
     common.inject_early_fault(spec.get("inject_fault"))
-    mirror, script, argv = build_workdir(spec)
+    mirror, script, argv, copied = build_workdir(spec)
     seed = spec["job"].get("seed", 0)
     random.seed(seed)
     torch.manual_seed(seed)
@@ -311,13 +313,15 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         "median_step_s": median(measured), "step_times_s": [round(t, 6) for t in measured],
         "warmup_times_s": [round(t, 6) for t in warmup], "real_tokens_per_step": tokens,
         "model_flops": flops, "hardware_flops": flops, "mfu": mfu, "hfu": mfu, "peak_flops": peak,
-        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity, "parity_note": meter.reader.why_not,
+        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity,
+        "parity_rows": meter.parity_rows, "parity_note": meter.reader.why_not,
         "nvml": sampler.summary(),
         "env": {"torch": torch.__version__, "threads": torch.get_num_threads()},
         "model": {"params": meter.params, "matmul_params": meter.trainable + meter.frozen,
                   "trainable_params": sum(p.numel() for p in meter.root.parameters() if p.requires_grad),
                   "model_type": getattr(config, "model_type", None) or type(meter.root).__name__},
         "data": {"padding_share": round(1 - sum(tokens) / padded, 4) if padded else None},
+        "tree": copied,
     }
     from .checks import mismatch, observed
 
@@ -346,10 +350,17 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
 def body(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "frame":
         return frame(spec)
+    if spec["kind"] == "parse":
+        from .parsed import parse
+
+        try:
+            return parse(spec, build_workdir)
+        finally:
+            shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
     try:
         return trial(spec)
     finally:
-        # Links and copies only (rmtree does not follow links): the user's files stay as they were.
+        # The trial's own copy: the user's folder is not under it.
         shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
 
 
