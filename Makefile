@@ -1,7 +1,7 @@
 # Two commands from a fresh clone: `make demo` (set up, then the main job) and `make test` (set up, then
 # the whole suite, the command .ci/run runs). The set-up runs once: a second call finds the stamp and
 # spends seconds. It is redone when pyproject.toml, this file or the PyTorch build this machine wants
-# changes (a driver installed since). `make docs` builds the manual as CI does.
+# changes (a driver installed since). `make docs` builds the manual and `make lint` checks the code, as CI does.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ STAMP := $(VENV)/.autotune-setup
 CHOICE := $(VENV)/.torch-choice
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test docs clean-venv FORCE
+.PHONY: setup demo test docs lint clean-venv FORCE
 
 setup: $(STAMP)
 
@@ -22,6 +22,9 @@ test: $(STAMP)
 
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict --quiet
+
+lint: $(STAMP)
+	$(BIN)/ruff check autotune tests bench
 
 # Which PyTorch build this machine wants (scripts/torch_index.py): rewritten only when the answer changes,
 # so an unchanged machine leaves the stamp newer than it.
