@@ -12,6 +12,7 @@ from . import frameworks, launch
 
 
 def best_config(job: Job, knobs: Knobs, script: Any = None, **_: Any) -> dict[str, Any]:
+    assert job.script is not None, "a script job's best config"
     edits, flags = script.edits(knobs)
     configs, source, environment, launcher_flags = frameworks.split(edits)
     if source:

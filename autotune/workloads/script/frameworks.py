@@ -130,10 +130,11 @@ def lightning(tree: ast.Module) -> list[Setting]:
     for keyword, default in _TRAINER.items():
         found.append(Setting(_alias(keyword) or keyword, default, "argv", (f"--trainer.{keyword}", "value"), "default"))
     classes = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    given = list(cli[0].args[:2]) + [None] * 2
+    given: list[ast.expr | None] = [*cli[0].args[:2], None, None]
     for index, (section, keyword) in enumerate((("model", "model_class"), ("data", "datamodule_class"))):
-        node = (_keyword(cli[0], keyword).value if _keyword(cli[0], keyword) else None) or given[index]
-        target = classes.get(_name(node)) if node is not None else None
+        named = _keyword(cli[0], keyword)
+        node = named.value if named is not None else given[index]
+        target = classes.get(_name(node) or "") if node is not None else None
         for name, value in _init_defaults(target).items() if target is not None else ():
             role = _alias(name)
             if role and isinstance(value, (bool, int, float, str)):
@@ -200,11 +201,12 @@ def edit_source(text: str, edits: list[list[Any]]) -> str:
             continue
         given = _keyword(call, keyword)
         if given is not None:
-            start = offsets[given.value.lineno - 1] + given.value.col_offset
-            end = offsets[given.value.end_lineno - 1] + given.value.end_col_offset
+            literal = given.value
+            start = offsets[literal.lineno - 1] + literal.col_offset
+            end = offsets[(literal.end_lineno or literal.lineno) - 1] + (literal.end_col_offset or 0)
             changes.append((start, end, repr(value)))
-        else:
-            end = offsets[call.end_lineno - 1] + call.end_col_offset - 1   # before the closing parenthesis
+        else:   # before the closing parenthesis
+            end = offsets[(call.end_lineno or call.lineno) - 1] + (call.end_col_offset or 1) - 1
             before = data[:end].rstrip()
             joiner = ", " if (call.args or call.keywords) and not before.endswith(b",") else ""
             changes.append((end, end, f"{joiner}{keyword}={value!r}"))

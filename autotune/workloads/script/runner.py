@@ -176,7 +176,6 @@ class Meter:
 
     # optimizer hook -------------------------------------------------------------------------------
     def stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        import torch
 
         # A wrapper (accelerate's AcceleratedOptimizer) is an Optimizer whose step calls the inner
         # one's: both hooks fire for one real step, so only the first optimizer seen counts.

@@ -102,7 +102,7 @@ class WorstCase:
         def widened(iterator: Any) -> Any:
             return self.widen(original(iterator))
 
-        dataloader._BaseDataLoaderIter.__next__ = widened
+        setattr(dataloader._BaseDataLoaderIter, "__next__", widened)
         self.handles = [lambda: setattr(dataloader._BaseDataLoaderIter, "__next__", original),
                         root.register_forward_pre_hook(self.seen, with_kwargs=True).remove]
 
