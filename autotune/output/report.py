@@ -268,9 +268,13 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
               f"a change that could not be x{1 + job.min_gain:.2f} faster beyond the noise (min_gain) stopped being measured"
               ] + _realized_lines(config)
     lines += _parallel_lines(getattr(outcome, "parallel", None), outcome.records) + ["", "## Plots", ""]
+    from ..util.extras import available, install_line
     from .plots import write_plots
 
-    lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    if available("matplotlib"):
+        lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    else:  # the report is still written: the plots are an extra
+        lines += [f"Not drawn: matplotlib is not installed ({install_line('matplotlib')})."]
     placed = any(r.get("placement") for r in outcome.records)
     lines += ["", "## Trials", "",
               "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |"

@@ -10,7 +10,6 @@ import shlex
 import textwrap
 from pathlib import Path
 
-import pytest
 
 from autotune import schemas
 from autotune import job_from_words
