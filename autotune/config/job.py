@@ -105,6 +105,9 @@ class Job:
     seed: int = 0
     mem_limit: int | None = None
     mem_margin: float = 0.1
+    # The gain worth a trial's device time: a change that cannot be this much faster beyond the noise
+    # stops being measured (the report says it).
+    min_gain: float = 0.03
     only: tuple[str, ...] = ()
     allow_image_resize: bool = False
     allow_numerics_change: bool = False
@@ -133,6 +136,8 @@ class Job:
             raise JobError(f"weights={self.weights!r}: expected {JOB_KEYS['weights']}")
         if not 0 <= self.mem_margin <= 0.9:
             raise JobError(f"mem_margin={self.mem_margin}: expected {JOB_KEYS['mem_margin']}")
+        if not 0 <= self.min_gain <= 0.5:
+            raise JobError(f"min_gain={self.min_gain}: expected {JOB_KEYS['min_gain']}")
         if (self.mlp is not None) != self.is_mlp:
             raise JobError("model=mlp and its shape (mlp_width, mlp_depth, mlp_rows) go together")
         micro = self.start.per_device_train_batch_size
