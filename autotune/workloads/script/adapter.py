@@ -231,7 +231,7 @@ class ScriptAdapter:
     def why_not(self, knob: str, value: Any, device_kind: str | None = None) -> str | None:
         """Why the script cannot say `knob=value`; `device_kind`: where the trials run ("cpu", "cuda")."""
         if knob not in self.tryable:
-            return f"the script has no setting for {knob}"
+            return self._not_applicable(knob)
         allowed = self.tryable[knob]
         if allowed and value not in allowed:
             return f"the script's settings cannot say {knob}={value}"
@@ -250,6 +250,18 @@ class ScriptAdapter:
             return ("TRL (>= 1.0) refuses padding_free without packing while max_length is set, and max_length "
                     "is the length you set (held)")
         return None
+
+    def _not_applicable(self, knob: str) -> str:
+        """Why a knob the script does not expose is not tried: the names looked for, or that no script can say it."""
+        from . import names
+
+        if knob not in names.TARGETS:
+            return (f"not applicable here: the script has no setting for {knob}, a knob of autotune's own trainer "
+                    "(a script says it in its own code)")
+        role = names.TARGETS[knob]
+        looked = sorted(alias for alias, r in ALIASES.items() if r == role)
+        return (f"not applicable here: the script has no setting for {knob} (none of {', '.join(looked[:4])} in its "
+                f"configs, flags or parser); if it has one by another name, add script_knobs=NAME:{knob}")
 
     def _trl_holds_max_length(self) -> bool:
         """An SFTConfig script (TrlParser: the dataclass style with TRL's padding_free field) whose
