@@ -90,7 +90,7 @@ class Watch:
         for module, name, methods in _TARGETS:
             try:
                 cls = getattr(importlib.import_module(module), name)
-            except Exception:  # not installed (or not importable here): its scripts cannot run either
+            except Exception:  # noqa: BLE001 - not installed (or not importable here): its scripts cannot run either
                 continue
             for method in methods:
                 self._wrap(cls, method)
