@@ -258,7 +258,8 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
                    realize=job.realize)
     if job.mlp is not None:
         out.update(mlp_width=job.mlp.width, mlp_depth=job.mlp.depth, mlp_rows=job.mlp.rows)
-    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, allow_numerics_change=job.allow_numerics_change)
+    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, min_gain=job.min_gain,
+               allow_numerics_change=job.allow_numerics_change)
     if job.strict_parity:
         out["strict_parity"] = True
     optional = {"gpu": job.gpu, "kb": job.kb, "max_trials": job.max_trials, "only": list(job.only),

@@ -32,6 +32,8 @@ JOB_KEYS = {
     "seed": "a whole number, for example seed=0",
     "mem_limit": "memory a config may use, like 20GB, 512MiB or 1.5GiB (default: the device's)",
     "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
+    "min_gain": "the smallest gain worth a trial's device time, 0 to 0.5 (default 0.03): a change that cannot be "
+                "that much faster beyond the noise stops being measured",
     "script": "your training script (a .py file), run as it is; its knobs are read from its configs and flags",
     "script_configs": "the config files your script reads, comma-separated, for example script_configs=train.yaml",
     "only": "the knobs autotune may change, comma-separated, for example only=padding,per_device_train_batch_size "

@@ -50,12 +50,12 @@ def parse_size(text: str) -> int:
     return size
 
 
-def parse_share(text: str) -> float:
-    check_digits("mem_margin", text)
+def parse_share(text: str, key: str = "mem_margin") -> float:
+    check_digits(key, text)
     try:
         return float(text)
     except ValueError:
-        raise JobError(f"mem_margin={text!r}: expected {JOB_KEYS['mem_margin']}") from None
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}") from None
 
 
 def whole(key: str, text: str, minimum: int) -> int:

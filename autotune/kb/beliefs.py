@@ -83,8 +83,10 @@ class Beliefs:
         return [c for c in self._claims.values() if c.active and c.matches(knob, value, start, features)]
 
     def relations(self, kind: str) -> list[tuple[Claim, str]]:
-        """(claim, change) pairs of active claims with a relation of this kind (enables, conflicts)."""
-        return [(c, change) for c in self._claims.values() if c.active for k, change in c.relations if k == kind]
+        """(claim, change) pairs of active claims with a relation of this kind (enables, conflicts): the
+        graph's edges of that kind."""
+        return [(self._claims[claim], change) for claim, change, data in self.graph.edges(data=True)
+                if data["kind"] == kind and self._claims[claim].active]
 
     @property
     def graph(self) -> "nx.DiGraph":
@@ -101,14 +103,21 @@ class Beliefs:
                 graph.add_edge(claim.id, change, kind=kind)
         return graph
 
+    @property
+    def tree(self) -> "nx.DiGraph":
+        """The claim tree: an edge from each split claim to the claim it was split from."""
+        graph = self.graph
+        return graph.edge_subgraph((u, v) for u, v, d in graph.edges(data=True) if d["kind"] == "split_from")
+
     def lineage(self, claim_id: str) -> list[str]:
-        """The claim and its ancestors, oldest last."""
-        graph, chain = self.graph, [claim_id]
-        while True:
-            parents = [t for _, t, d in graph.out_edges(chain[-1], data=True) if d["kind"] == "split_from"]
-            if not parents:
-                return chain
-            chain.append(parents[0])
+        """The claim and its ancestors, oldest last (one parent each: the walk up the tree)."""
+        tree = self.tree
+        return list(nx.dfs_preorder_nodes(tree, claim_id)) if claim_id in tree else [claim_id]
+
+    def children(self, claim_id: str) -> list[str]:
+        """The claims split from this one, sorted."""
+        tree = self.tree
+        return sorted(tree.predecessors(claim_id)) if claim_id in tree else []
 
     # -- the one mutator ------------------------------------------------------------------------
     def apply(self, updates: Iterable[Update], run: str = "") -> list[dict[str, Any]]:
@@ -209,8 +218,9 @@ def _with_status(claim: Claim, status: str, reason: str) -> Claim:
 
 def draw(beliefs: Beliefs, path: Path) -> Path:
     """A PNG of the graph: claims coloured by status, sized by evidence, lineage and relations as arrows."""
-    import matplotlib
+    from ..util.extras import need
 
+    matplotlib = need("matplotlib", "drawing the belief graph")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -77,6 +77,7 @@ class Outcome:
     wall_s: float = 0.0
     best_measurement: dict[str, Any] | None = None
     parallel: dict[str, Any] | None = None  # trials run at once on several GPUs: how, and the time saved
+    device_runs: int = 0  # runs in a child process on the device, baseline included (what the user waits for)
 
     @property
     def best_speed(self) -> float:
@@ -84,6 +85,11 @@ class Outcome:
         if self.best.trial == 0:
             return self.baseline["samples_per_s"]
         return next(r for r in self.records if r["trial"] == self.best.trial)["samples_per_s"]
+
+    @property
+    def device_s(self) -> float:
+        """Device seconds of the tune: every trial's runs' wall times, baseline included."""
+        return sum(r.get("wall_s") or 0.0 for r in self.records)
 
     @property
     def speedup(self) -> float:

@@ -74,7 +74,8 @@ class Tuner:
             from ..workloads.script import ScriptAdapter
 
             self.script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args),
-                                                   self.cwd, job.max_len, job.effective_batch, job.script.knobs)
+                                                   self.cwd, job.max_len, job.effective_batch, job.script.knobs,
+                                                   job.script.parsed)
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -244,7 +245,8 @@ class Tuner:
                           best=incumbent, records=records, skipped=skipped, noise_floor=state.noise_floor,
                           stop_reason=stop_reason, wall_s=state.elapsed_s, folder=self.folder.path,
                           best_measurement=best_record["measurements"][-1],
-                          parallel=self.parallel.close() if self.parallel is not None else None)
+                          parallel=self.parallel.close() if self.parallel is not None else None,
+                          device_runs=state.runs)
         return outcome
 
     # -- ask / tell ---------------------------------------------------------------------------
@@ -289,26 +291,10 @@ class Tuner:
 
     def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
                  ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
-        """The LLM's checked proposals go first, the ranking after; its new claims join the beliefs."""
-        from ..reasoner.llm import prompt_context
+        """The LLM's checked proposals go first, the ranking after (loop/asking.py)."""
+        from .asking import ask_llm
 
-        claims = self.memory.claims
-        records = self.state.records
-        context = prompt_context(features, incumbent.knobs, self.job.effective_batch, records, claims, ranked,
-                                 skipped, [r["change"] for r in records if r["change"]])
-        proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
-                                    self.state.measured, claims, features)
-        proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
-        for change, why in cannot:
-            proposal.reject(change, why)
-        if proposal.claims:
-            self.memory.adopt(proposal.claims, f"proposed by the LLM {self.job.llm.model} before trial {before_trial}")
-        record = proposal.record(before_trial, self.job.llm.model)
-        self.folder.append_llm_call(record)
-        if self.display:
-            self.display.llm(record)
-        proposed = {h.change for h in proposal.hypotheses}
-        return proposal.hypotheses + [h for h in ranked if h.change not in proposed]
+        return ask_llm(self, before_trial, incumbent, frame, features, ranked, skipped)
 
     def _allowed(self, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
                  report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
@@ -359,15 +345,34 @@ class Tuner:
             fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
             reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
         if reference:
-            verdict = decide.screen(self.steps, self.state.records, reference, measurement, self.job.effective_batch, floor)
-            if decide.screened_out(self.steps, verdict):
+            verdict = decide.screen(self.steps, self.state.records, reference, measurement, self.job.effective_batch,
+                                    floor, incumbent.trial, decide.min_gain(self.job))
+            screened, kept = decide.screened_out(self.steps, verdict), decide.decided_on_one_run(self.steps, verdict)
+            if screened or kept:
                 for result in fresh:
                     if result["state"] == "complete":
                         incumbent.add(result["measurement"])  # a reference on this card for the next trials
+            if screened:
                 return finish("discard", f"not faster after one run: {verdict.reason}")
+            if kept:
+                return finish("keep", f"{verdict.reason}; {parity_result['reason']}{decide.fits(measurement)}")
+        if not fresh and self.steps.keep_rule == "sequential":
+            # The second run first: against the incumbent's runs so far it may decide (keep_rule.reuse_look).
+            results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
+            look = measuring.second_look(self, results, reference, incumbent)
+            if look is not None and look.verdict != "no difference":
+                verdict = look
+                if look.verdict == "faster":
+                    return finish("keep", f"{look.reason}; {parity_result['reason']}{decide.fits(measurement)}")
+                return finish("discard", f"not faster after two runs: {look.reason}")
+        second = results[-1] if len(results) > 1 else None
+        if second is not None and second["state"] != "complete":
+            return finish("discard", f"the confirmation run ended {second['state']}: {second['reason']}",
+                          second["state"])
         if not fresh:
             fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
-        results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
+        if second is None:
+            results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
         fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
         fresh = [r for r in fresh if r["state"] == "complete"]
         for result in fresh:
@@ -385,7 +390,5 @@ class Tuner:
             return finish("discard", f"an extra run ended {failed['state']}: {failed['reason']}", failed["state"])
         if verdict.verdict != "faster":
             return finish("discard", verdict.reason)
-        ceiling = measurement.get("ceiling")
-        fits = (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
-                if ceiling else "")
-        return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
+        return finish("keep", f"{verdict.reason}; {parity_result['reason']}{decide.fits(measurement)}")
+

@@ -56,11 +56,31 @@ def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats
 
 
 def screen(steps: StepBudget, records: list[dict[str, Any]], reference: list[list[float]],
-           measurement: dict[str, Any], batch: int, floor: float) -> stats.Comparison:
-    """One candidate run against the incumbent's runs on its card."""
+           measurement: dict[str, Any], batch: int, floor: float, incumbent_trial: int | None = None,
+           min_gain: float = keep_rule.MIN_GAIN) -> stats.Comparison:
+    """One candidate run against the incumbent's runs on its card (from trial `incumbent_trial`): under
+    the sequential rule a look of its own, which may keep a gain far beyond the noise (keep_rule.first_look)."""
     if steps.keep_rule == "sequential":
-        return keep_rule.screen(records, reference, measurement, batch)
+        return keep_rule.reuse_look(records, reference, incumbent_trial, [measurement], batch,
+                                    most_pairs(steps, records), min_gain)
     return stats.compare(reference, [measurement["step_times_s"]], batch, floor)
+
+
+def second_look(steps: StepBudget, records: list[dict[str, Any]], reference: list[list[float]],
+                candidate: list[dict[str, Any]], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
+    """The sequential rule's look after a trial's second run, against the incumbent's runs so far
+    (None under the floor rule, or where the spread so far leaves this look no share)."""
+    if steps.keep_rule != "sequential" or not reference:
+        return None
+    most = most_pairs(steps, records)
+    if not keep_rule.reusing(records, most):
+        return None
+    return keep_rule.reuse_look(records, reference, incumbent_trial, candidate, batch, most, min_gain)
+
+
+def decided_on_one_run(steps: StepBudget, verdict: stats.Comparison) -> bool:
+    """Whether the first run alone shows the candidate faster (the sequential rule's first look)."""
+    return steps.keep_rule == "sequential" and verdict.verdict == "faster"
 
 
 def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
@@ -68,6 +88,18 @@ def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
     if steps.keep_rule == "sequential":
         return verdict.verdict == "slower"
     return verdict.ratio <= 1 or verdict.verdict == "slower"
+
+
+def fits(measurement: dict[str, Any]) -> str:
+    """A kept change's note on its worst-case batch, where its first run measured one."""
+    ceiling = measurement.get("ceiling")
+    return (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
+            if ceiling else "")
+
+
+def min_gain(job: Any) -> float:
+    """The gain worth a trial's device time (the job's `min_gain`): one that cannot reach it stops being measured."""
+    return getattr(job, "min_gain", keep_rule.MIN_GAIN)
 
 
 def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent, knobs: Knobs,

@@ -263,11 +263,18 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}{_other_card(outcome)}), "
               f"**x{outcome.speedup:.2f}** the baseline by the chain of interleaved comparisons of the kept changes"
               + _chain_interval(outcome.records),
-              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s"] + _realized_lines(config)
+              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s",
+              f"- device time: {getattr(outcome, 'device_runs', 0)} runs, {outcome.device_s:.0f}s (baseline included); "
+              f"a change that could not be x{1 + job.min_gain:.2f} faster beyond the noise (min_gain) stopped being measured"
+              ] + _realized_lines(config)
     lines += _parallel_lines(getattr(outcome, "parallel", None), outcome.records) + ["", "## Plots", ""]
+    from ..util.extras import available, install_line
     from .plots import write_plots
 
-    lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    if available("matplotlib"):
+        lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    else:  # the report is still written: the plots are an extra
+        lines += [f"Not drawn: matplotlib is not installed ({install_line('matplotlib')})."]
     placed = any(r.get("placement") for r in outcome.records)
     lines += ["", "## Trials", "",
               "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |"

@@ -2,7 +2,7 @@
 
 A change measured on one incumbent says something about it on another only where the two differ in
 knobs that do not touch its effect. Two sources say which knobs do:
-- the interaction table below: pairs whose effects are known to depend on each other (the cost of an
+- the knob table's `interacts` (config/knobs/table.py): pairs whose effects are known to depend on each other (the cost of an
   attention kernel depends on how much padding it computes and on the batch; a larger micro-batch pads more, fits
   only with checkpointing, changes what compile traces, and moves the optimizer's share of a step);
 - the beliefs: a claim about the change whose condition reads another knob (`padding == longest`),
@@ -19,24 +19,12 @@ import math
 from typing import Any, Iterable
 
 from ..kb.claims import Claim
-from ..config.knobs import Knobs, not_applicable
+from ..config.knobs import INTERACTIONS, Knobs, not_applicable
 from .combine import repaired
 from .rank import (CATALOG_ORDER, EXPLORATION, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY, Hypothesis, _cost, _enabling,
                    _weight, key)
 
-INTERACTIONS: frozenset[frozenset[str]] = frozenset(frozenset(pair) for pair in (
-    ("attn_implementation", "padding"),
-    # Attention kernels differ in how they scale with the batch (sdpa lost x0.85 at micro-batch 1 on
-    # cpu-long-tail and wins at 2): a loss at one micro-batch says little at another.
-    ("attn_implementation", "per_device_train_batch_size"),
-    ("per_device_train_batch_size", "padding"),
-    ("per_device_train_batch_size", "gradient_checkpointing"),
-    ("per_device_train_batch_size", "torch_compile"),
-    ("optim", "per_device_train_batch_size"),
-    ("group_by_length", "padding"),
-    ("group_by_length", "per_device_train_batch_size"),
-    ("attn_implementation", "precision"),
-))
+# INTERACTIONS: pairs whose effects depend on each other, from each knob's `interacts` in the table.
 
 # Feature names that are knobs (kb.features.knob_features renames the micro-batch).
 _FEATURE_KNOB = {"micro_batch": "per_device_train_batch_size"}

@@ -278,6 +278,10 @@ class LLMProposer:
         self.settings = settings
         self.failures = 0
         self._client = client
+        if client is None:
+            from ..util.extras import need
+
+            need("openai", f"llm={settings.model}")  # before any trial, not at the first ask
 
     @property
     def off(self) -> bool:

@@ -26,36 +26,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from ..kb.claims import Claim, change_value
-from ..config.knobs import CATALOG, HUB_FLASH, IMAGE_PIXEL_CAP, Knobs, divisors, not_applicable
+# CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
+from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable
 from .combine import repaired, together
 
-CATALOG_ORDER: tuple[tuple[str, tuple], ...] = (
-    ("padding", ("padding_free", "longest")),
-    ("per_device_train_batch_size", ()),  # neighbours of the incumbent's value
-    ("attn_implementation", ("sdpa", "flash_attention_2", "flash_attention_3", "eager", HUB_FLASH)),
-    ("precision", ("bf16", "tf32", "fp16")),
-    ("group_by_length", (True, False)),
-    ("optim", ("adamw_torch_fused", "adamw_torch", "adamw_bnb_8bit", "paged_adamw_8bit")),
-    ("dataloader_num_workers", (2, 0)),
-    ("dataloader_pin_memory", (True, False)),
-    # Both ways: a user who starts with checkpointing or compile on should learn what they cost.
-    ("gradient_checkpointing", (False, True)),
-    ("torch_compile", (False, True)),
-    # Image-text models only (features say so): a resolution cap where the user allowed one, and a vision tower run without autograd where nothing in it trains.
-    ("max_image_pixels", (IMAGE_PIXEL_CAP, 0)),
-    ("freeze_vision_tower", (True, False)),
-    # Added later, after the older knobs so their tie order stays; claims (kb/priors.json) rank them.
-    ("dtype", ("bfloat16", "float32")),
-    ("chunked_cross_entropy", (True, False)),
-    ("use_liger_kernel", (True, False)),
-    ("expandable_segments", (True, False)),
-    ("activation_offloading", (True, False)),
-    ("torch_compile_mode", ("max-autotune", "reduce-overhead", "default")),
-    ("dataloader_persistent_workers", (True, False)),
-    ("dataloader_prefetch_factor", (4, 0)),
-    ("float8_training", (True, False)),
-    ("load_in_4bit", (True, False)),
-)
 
 
 @dataclass(frozen=True)
@@ -105,13 +79,14 @@ def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int,
             features: dict[str, Any]) -> Iterable[Any]:
     if CATALOG[knob].vision and not features.get("vlm"):
         return ()
-    if knob != "per_device_train_batch_size":
+    if CATALOG[knob].climb != "divisors":
         return listed
     options = divisors(effective_batch)
-    position = options.index(incumbent.per_device_train_batch_size)
+    current = getattr(incumbent, knob)
+    position = options.index(current)
     # Larger first: a larger micro-batch is the usual win; smaller is tried when larger lost.
     values = [options[i] for i in (position + 1, position - 1) if 0 <= i < len(options)]
-    jump = _largest_fitting(incumbent.per_device_train_batch_size, options, features.get("headroom"))
+    jump = _largest_fitting(current, options, features.get("headroom"))
     if jump is not None and values and jump > values[0]:
         values.insert(0, jump)
     return values
@@ -167,7 +142,6 @@ def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measure
 UNKNOWN_RATIO = 1.1
 EXPLORATION = 1.0          # standard deviations of the claims' Beta added to P(helps)
 UNKNOWN_UNCERTAINTY = math.sqrt(1 / 12)   # Beta(1, 1)
-COMPILE_COST = 2.0         # runs' worth of compile time
 
 
 def _weight(claim: Claim) -> float:
@@ -175,7 +149,7 @@ def _weight(claim: Claim) -> float:
 
 
 def _cost(knob: str, p_helps: float) -> float:
-    return 1 + 3 * p_helps + (COMPILE_COST if knob in ("torch_compile", "torch_compile_mode") else 0.0)
+    return 1 + 3 * p_helps + CATALOG[knob].measure_cost   # compile time, for the compile knobs
 
 
 def _combine(claims: list[Claim], against: list[Claim] = ()) -> tuple[float, float, float]:

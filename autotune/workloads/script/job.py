@@ -61,25 +61,40 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
         script=ScriptJob(configs=labels, knobs=own_names, **script_keys))
     runs = Path(place.runs) if place is not None else Path("runs")
     tree.plan(Path.cwd(), [runs])   # each trial copies this folder: one past the cap stops here
+    parsed: tuple[str, ...] = ()
     if pairs.get("host", "local") == "local" and place is not None and place.locked is not None:
-        own_names += _probed(place, script, labels, args, own_names, smoke)
-    adapter = ScriptAdapter.for_script(script, labels, args, None, max_len, effective, own_names)
+        parsed, probed = _probed(place, script, labels, args, own_names, smoke)
+        own_names += probed
+    adapter = ScriptAdapter.for_script(script, labels, args, None, max_len, effective, own_names, parsed)
     if adapter.max_len is None:
         raise JobError(adapter.not_understood("no sequence length found in the script or its configs", ("max_len",))
                        + " (or give max_len= to record it)")
     return Job(**fields, model=f"script:{script.name}", dataset="(the script's)",
                max_len=adapter.max_len, effective_batch=adapter.effective_batch, method="sft", weights="random",
-               script=ScriptJob(configs=labels + tuple(adapter.discovery.arg_configs), knobs=own_names, **script_keys),
+               script=ScriptJob(configs=labels + tuple(adapter.discovery.arg_configs), knobs=own_names, parsed=parsed,
+                                **script_keys),
                start=adapter.start)
 
 
 def _probed(place: Any, script: Path, labels: tuple[str, ...], args: list[str], own: tuple[str, ...],
-            smoke: bool) -> tuple[str, ...]:
-    """The names probe runs confirmed (workloads/script/probe.py), where discovery lacks a role a name
-    suggests: run only now that every key is checked, and with the run's lock held, as trials run."""
-    from . import probe
+            smoke: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What the script's parser returned in a run, where its source falls short (workloads/script/parsed.py),
+    and the names probe runs confirmed (probe.py), where discovery lacks a role a name suggests: run only
+    now that every key is checked, and with the run's lock held, as trials run."""
+    from . import parsed as parse_run, probe
+    from .discover import parse_script
+    from .parsers import needs_parse
 
-    if not probe.wanted(script, labels, args, Path.cwd(), own):
-        return ()
+    parsing = needs_parse(parse_script(script))
+    if not parsing and not probe.wanted(script, labels, args, Path.cwd(), own):
+        return (), ()
     with place.locked() as folder:
-        return probe.confirmed(script, labels, args, Path.cwd(), own, smoke, folder, [Path(place.runs)])
+        parsed: tuple[str, ...] = ()
+        if parsing:
+            configs = [(Path(label).expanduser(), label) for label in labels]
+            parsed = parse_run.stored(parse_run.probe(script, configs, args, Path.cwd(), smoke, folder,
+                                                      [Path(place.runs)]), own)
+        values = parse_run.read(parsed)[1]
+        if parsing and not probe.wanted(script, labels, args, Path.cwd(), own, values):
+            return parsed, ()
+        return parsed, probe.confirmed(script, labels, args, Path.cwd(), own, smoke, folder, [Path(place.runs)], values)

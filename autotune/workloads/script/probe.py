@@ -98,29 +98,31 @@ def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Pa
     return {**seen, "padding_share": (measurement.get("data") or {}).get("padding_share")} if seen else None
 
 
-def _found(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
-           own: tuple[str, ...]) -> tuple[list[tuple[Path, str]], Discovery]:
+def _found(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
+           parsed: dict[str, Any] | None = None) -> tuple[list[tuple[Path, str]], Discovery]:
     from .styles import discover
 
     configs = [(cwd / Path(label).expanduser(), label) for label in labels]
-    found = discover(script, configs, args, cwd, own)
+    found = discover(script, configs, args, cwd, own, parsed)
     return configs + [(cwd / Path(label).expanduser(), label) for label in found.arg_configs], found
 
 
-def wanted(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...]) -> bool:
-    """Whether any setting would be probed (read from the files alone; nothing runs)."""
-    configs, found = _found(script, labels, args, cwd, own)
+def wanted(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
+           parsed: dict[str, Any] | None = None) -> bool:
+    """Whether any setting would be probed (read from the files alone; nothing runs); `parsed`: what the
+    script's parser returned in a run (parsed.py)."""
+    configs, found = _found(script, labels, args, cwd, own, parsed)
     return bool(candidates(found, names.taken(script, configs, args)))
 
 
 def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
-              smoke: bool, work: Path, exclude: list[Path]) -> tuple[str, ...]:
+              smoke: bool, work: Path, exclude: list[Path], parsed: dict[str, Any] | None = None) -> tuple[str, ...]:
     """`name:knob:probed` for each candidate a probe run confirmed (none where discovery lacks nothing).
     The runs go in folders under `work` (the run folder, whose lock the caller holds), each removed after;
     `exclude`: what their copies of `cwd` leave out (the runs folder)."""
     from .styles import discover
 
-    configs, found = _found(script, labels, args, cwd, own)
+    configs, found = _found(script, labels, args, cwd, own, parsed)
     out: list[str] = []
     done: set[str] = set()
     control: list[dict[str, Any] | None] = []   # the unchanged run, made once where a switch needs it
@@ -135,7 +137,7 @@ def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
             continue
         # The candidate read as that role, by the same route a user's script_knobs= would give it.
         as_knob = knob or "bf16"   # a switch is read as a bf16 flag until the runs say which precision it is
-        setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",)).get(names.TARGETS[as_knob])
+        setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",), parsed).get(names.TARGETS[as_knob])
         if setting is None or not isinstance(setting.value, int):
             continue
         if role in SWITCHES:

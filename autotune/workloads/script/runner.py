@@ -350,6 +350,13 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
 def body(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["kind"] == "frame":
         return frame(spec)
+    if spec["kind"] == "parse":
+        from .parsed import parse
+
+        try:
+            return parse(spec, build_workdir)
+        finally:
+            shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
     try:
         return trial(spec)
     finally:

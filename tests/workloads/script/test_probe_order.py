@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import os
 import textwrap
-from pathlib import Path
 
 import pytest
 
