@@ -75,7 +75,7 @@ class Tuner:
 
             self.script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args),
                                                    self.cwd, job.max_len, job.effective_batch, job.script.knobs,
-                                                   job.script.parsed)
+                                                   job.script.parsed, tuple(shlex.split(job.script.launcher)))
 
     @property
     def records(self) -> list[dict[str, Any]]:
