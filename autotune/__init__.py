@@ -15,8 +15,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
-_EXPORTS = {"tune": "api", "suggest": "api", "Job": "config.job", "job_from_dict": "workloads.jobs",
-            "job_from_words": "workloads.jobs", "Knobs": "config.knobs", "Outcome": "loop.outcome",
+_EXPORTS = {"tune": "api", "suggest": "api", "Job": "config.job", "job_from_dict": "api",
+            "job_from_words": "api", "Knobs": "config.knobs", "Outcome": "loop.outcome",
             "AutotuneError": "util.errors", "JobError": "util.errors"}
 __all__ = ["__version__", *_EXPORTS]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .executors.base import Executor
 from .config.job import Job
@@ -23,6 +23,44 @@ def _inject_from_env() -> dict[int, str]:
     text = os.environ.get(INJECT_ENV, "")
     pairs = (item.split(":", 1) for item in text.split(",") if item)
     return {int(number): fault for number, fault in pairs}
+
+
+def run_place(runs_dir: str | Path, run: str) -> Any:
+    """Where RUN's folder goes and its lock, for a job whose reading runs something of the user's (a
+    script's probe): the lock a tune holds, taken only once every key is checked; a folder that already
+    holds a run, or one in use, is refused before anything runs."""
+    from contextlib import contextmanager
+
+    from .config.inputs import check_writable_folder
+    from .output.records import RunFolder
+    from .workloads.jobs import RunPlace
+
+    runs = Path(runs_dir)
+
+    @contextmanager
+    def locked() -> Iterator[Path]:
+        check_writable_folder(runs, f"--runs-dir {runs_dir}")
+        folder = RunFolder(runs, run)
+        with folder.locked():
+            folder.check_new()
+            yield folder.path.resolve()
+
+    return RunPlace(runs, locked)
+
+
+def job_from_words(run: str, words: list[str], runs_dir: str | Path = "runs") -> tuple[Job, list[str]]:
+    """The job and the mode words of `autotune tune RUN key=value ...` (`runs_dir`: where runs/RUN goes)."""
+    from .workloads import jobs
+
+    return jobs.job_from_words(run, words, run_place(runs_dir, run))
+
+
+def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs") -> Job:
+    """The job a job file holding `keys` makes, for a caller in Python: `{"model": "mlp", "smoke": True}`
+    passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
+    from .workloads import jobs
+
+    return jobs.job_from_dict(run, keys, run_place(runs_dir, run))
 
 
 def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "runs", fresh: bool = False,

@@ -28,6 +28,7 @@ from .replay import ReplayExecutor, Table
 class Trace:
     picks: list[Knobs] = field(default_factory=list)   # after trial 1, 2, ...
     runs: list[int] = field(default_factory=list)       # device runs used by then
+    seconds: list[float] = field(default_factory=list)  # device seconds used by then (recorded wall times)
     noise_floor: float | None = None                    # autotune's A/A floor on this seed's noise
     outside: int = 0                                    # configs asked for that no rule allows (not in the grid)
     stop_reason: str = ""
@@ -41,14 +42,17 @@ class Greedy:
         self.pick, self.best = table.start, table.observe(table.start, self.noise) or 0.0
         self.trace = Trace()
         self.seen = {key(table.start): self.best}
+        self.spent = table.wall(table.start)  # the baseline's one run
 
     def measure(self, knobs: Knobs) -> float | None:
         observed = self.table.observe(knobs, self.noise)
         self.seen[key(knobs)] = observed
+        self.spent += self.table.wall(knobs)
         if observed is not None and observed > self.best:
             self.pick, self.best = knobs, observed
         self.trace.picks.append(self.pick)
         self.trace.runs.append(len(self.trace.picks) + 1)
+        self.trace.seconds.append(self.spent)
         return observed
 
 
@@ -140,14 +144,15 @@ def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None
         outcome = tuner.run()
     trace = Trace(noise_floor=outcome.noise_floor, outside=len(executor.outside), stop_reason=outcome.stop_reason)
     pick = table.start
-    baseline_runs = executor.runs_by_trial.get(0, 0)
-    used = baseline_runs
+    used, spent = executor.runs_by_trial.get(0, 0), executor.seconds_by_trial.get(0, 0.0)
     for record in outcome.records[1:]:
         if record["decision"] == "keep":
             pick = Knobs.from_dict(record["knobs"])
         used += executor.runs_by_trial.get(record["trial"], 0)
+        spent += executor.seconds_by_trial.get(record["trial"], 0.0)
         trace.picks.append(pick)
         trace.runs.append(used)
+        trace.seconds.append(spent)
     return trace
 
 

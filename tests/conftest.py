@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 import shutil
 import signal
 from pathlib import Path
@@ -54,7 +54,62 @@ def in_tmp(tmp_path, monkeypatch):
         signal.signal(signum, handler)
 
 
+def pytest_addoption(parser: Any) -> None:
+    parser.addoption("--order", default="file", metavar="file|random|SEED",
+                     help="test order: file (as written), random (a fresh seed, printed in the header) or SEED (an "
+                          "integer: that order again). Modules are shuffled, then the tests within each module, so "
+                          "a module's fixtures are still set up once.")
+
+
+def order_seed(config: Any) -> int | None:
+    """The --order seed, None for file order. One seed per run: xdist's workers get the controller's,
+    since each worker must collect the same order."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and "order_seed" in workerinput:
+        return workerinput["order_seed"]
+    if not hasattr(config, "_order_seed"):
+        value = config.getoption("--order")
+        if value == "file":
+            config._order_seed = None
+        elif value == "random":
+            config._order_seed = random.SystemRandom().randrange(10**6)
+        elif value.isdigit():
+            config._order_seed = int(value)
+        else:
+            raise pytest.UsageError(f"--order {value}: give file, random or an integer seed (--order 1234)")
+    return config._order_seed
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["order_seed"] = order_seed(node.config)
+
+
+def pytest_report_header(config: Any) -> str:
+    seed = order_seed(config)
+    return "test order: file" if seed is None else f"test order: random, seed {seed} (--order {seed} repeats it)"
+
+
+def shuffled(items: list[Any], seed: int) -> list[Any]:
+    """Modules in a seeded order, then each module's tests in a seeded order."""
+    rng = random.Random(seed)
+    modules: dict[str, list[Any]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    names = sorted(modules)
+    rng.shuffle(names)
+    out = []
+    for name in names:
+        group = modules[name]
+        rng.shuffle(group)
+        out += group
+    return out
+
+
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    seed = order_seed(config)
+    if seed is not None:
+        items[:] = shuffled(items, seed)
     try:
         import torch
 

@@ -90,7 +90,7 @@ def kb_show(args: argparse.Namespace) -> int:
     beliefs = Beliefs(_store(args))
     claim = _claim(beliefs, args.claim)
     lineage = beliefs.lineage(claim.id)
-    children = sorted(c.id for c in beliefs.claims(active_only=False) if c.parent == claim.id)
+    children = beliefs.children(claim.id)
     if args.json:
         _print_json({**claim.to_dict(), "lineage": lineage, "children": children})
         return 0

@@ -94,8 +94,7 @@ def tune(run: str, words: list[str], runs_dir: str, as_json: bool = False, fail_
 
 def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any, dict[str, Any]]:
     """The job from the words (or from the run folder, for resume and review), then the library's tune."""
-    from ..api import tune as tune_job
-    from ..workloads.jobs import job_from_words
+    from ..api import job_from_words, tune as tune_job
 
     again = [w for w in words if w in ("resume", "review")]
     if again:
@@ -107,7 +106,7 @@ def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any
         job, kept = load_run(Path(runs_dir), run)  # `fresh` as the run was started: a resume runs the same way
         modes = [*again, *kept]
     else:
-        job, modes = job_from_words(run, words)
+        job, modes = job_from_words(run, words, runs_dir)
     if "review" in modes:
         return (job, *review(run, job, runs_dir))
     outcome = tune_job(job, None, Path(runs_dir), fresh="fresh" in modes, resume="resume" in modes)
@@ -125,7 +124,8 @@ def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:
         from ..workloads.script import ScriptAdapter
 
         script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args), None,
-                                          job.max_len, job.effective_batch, job.script.knobs)
+                                          job.max_len, job.effective_batch, job.script.knobs,
+                                          job.script.parsed, tuple(shlex.split(job.script.launcher)))
     outcome, config, _ = rewrite(Path(runs_dir), run, script)
     print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
           f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")
@@ -171,6 +171,22 @@ def _what(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `autotune` command (`argv` None: this process is the command, and ends after it) or a caller's
+    words in Python (a list: the caller's process goes on, its helpers with it)."""
+    from ..util import procs
+
+    if argv is not None:
+        return _main(argv)
+    # The command's own process: orphans of a trial that died reparent here to be ended, and the fork
+    # server and resource tracker stop before it exits, so `autotune tune ... | tee log` ends.
+    procs.become_subreaper()
+    try:
+        return _main(None)
+    finally:
+        procs.stop_helpers()
+
+
+def _main(argv: list[str] | None) -> int:
     # SIGTERM and SIGHUP end a run the way Ctrl-C does: the running trial is killed, records stay.
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):

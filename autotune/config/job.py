@@ -41,6 +41,10 @@ class ScriptJob:
     configs: tuple[str, ...] = ()
     args: str = ""
     knobs: tuple[str, ...] = ()
+    # What the script's parser returned in a run, where its source falls short (workloads/script/parsed.py):
+    # "@Parser.method", then name=<JSON value> for each field discovery reads.
+    parsed: tuple[str, ...] = ()
+    launcher: str = ""     # `accelerate launch ...` / `torchrun ...` (shell-quoted); empty: `python script.py`
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,8 @@ class Tracking:
 # The groups' flat names in a Job's stored form (job.json, the child's spec, job files): that form is
 # the one run folders have always held, so old ones still resume.
 _FLAT = {"ssh": {"key": "ssh_key", "trust_new": "ssh_trust_new", "python": "ssh_python", "config": "ssh_config"},
-         "script": {"path": "script", "configs": "script_configs", "args": "script_args", "knobs": "script_knobs"},
+         "script": {"path": "script", "configs": "script_configs", "args": "script_args", "knobs": "script_knobs",
+                    "parsed": "script_parsed", "launcher": "script_launcher"},
          "mlp": {"width": "mlp_width", "depth": "mlp_depth", "rows": "mlp_rows"},
          "llm": {"model": "llm", "timeout_s": "llm_timeout_s"},
          "tracking": {"mlflow": "mlflow", "experiment": "mlflow_experiment"}}
@@ -101,9 +106,13 @@ class Job:
     seed: int = 0
     mem_limit: int | None = None
     mem_margin: float = 0.1
+    # The gain worth a trial's device time: a change that cannot be this much faster beyond the noise
+    # stops being measured (the report says it).
+    min_gain: float = 0.03
     only: tuple[str, ...] = ()
     allow_image_resize: bool = False
     allow_numerics_change: bool = False
+    strict_parity: bool = False      # another weighting of the same rows (a micro-batch split) is refused too
     realize: bool = True
     smoke: bool = False
     start: Knobs = field(default_factory=Knobs)
@@ -128,6 +137,8 @@ class Job:
             raise JobError(f"weights={self.weights!r}: expected {JOB_KEYS['weights']}")
         if not 0 <= self.mem_margin <= 0.9:
             raise JobError(f"mem_margin={self.mem_margin}: expected {JOB_KEYS['mem_margin']}")
+        if not 0 <= self.min_gain <= 0.5:
+            raise JobError(f"min_gain={self.min_gain}: expected {JOB_KEYS['min_gain']}")
         if (self.mlp is not None) != self.is_mlp:
             raise JobError("model=mlp and its shape (mlp_width, mlp_depth, mlp_rows) go together")
         micro = self.start.per_device_train_batch_size

@@ -70,9 +70,11 @@ def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any
         time_budget_s=parse_duration(pairs["time"]) if "time" in pairs else (SMOKE_TIME_BUDGET_S if smoke else None),
         kb=pairs.get("kb", ""), seed=whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
-        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), smoke=smoke, only=only_knobs(pairs), **llm_keys(pairs),
+        mem_margin=parse_share(pairs.get("mem_margin", "0.1")), min_gain=parse_share(pairs.get("min_gain", "0.03"), "min_gain"),
+        smoke=smoke, only=only_knobs(pairs), **llm_keys(pairs),
         # Any loop can be offered an 8-bit optimizer: the opt-in is every job's (the tuner's frame applies it).
         allow_numerics_change=parse_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
+        strict_parity=parse_flag("strict_parity", pairs.get("strict_parity", "false")),
         tracking=Tracking(**mlflow_keys(pairs)))
 
 

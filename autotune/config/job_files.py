@@ -185,7 +185,7 @@ def _knobs(data: Mapping[str, Any]) -> dict[str, Any]:
         knobs["torch_compile"] = True
     if data.get("dataloader_prefetch_factor"):
         knobs["dataloader_prefetch_factor"] = data["dataloader_prefetch_factor"]
-    init = data.get("model_init_kwargs") if isinstance(data.get("model_init_kwargs"), dict) else {}
+    init: dict[str, Any] = data["model_init_kwargs"] if isinstance(data.get("model_init_kwargs"), dict) else {}
     dtype = init.get("dtype") or data.get("dtype")
     if dtype in ("float32", "bfloat16") and not data.get("load_in_4bit"):
         knobs["dtype"] = dtype
@@ -250,7 +250,7 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
     if job.script is not None:
         args = redact_args(job.script.args) if shared else job.script.args
         out.update(script=job.script.path, script_configs=list(job.script.configs), script_args=args,
-                   script_knobs=list(job.script.knobs))
+                   script_knobs=list(job.script.knobs), script_launcher=job.script.launcher)
         out = {k: v for k, v in out.items() if v}
     else:
         out.update(model=job.model, dataset=job.dataset)
@@ -260,7 +260,10 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
                    realize=job.realize)
     if job.mlp is not None:
         out.update(mlp_width=job.mlp.width, mlp_depth=job.mlp.depth, mlp_rows=job.mlp.rows)
-    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, allow_numerics_change=job.allow_numerics_change)
+    out.update(host=job.host, seed=job.seed, mem_margin=job.mem_margin, min_gain=job.min_gain,
+               allow_numerics_change=job.allow_numerics_change)
+    if job.strict_parity:
+        out["strict_parity"] = True
     optional = {"gpu": job.gpu, "kb": job.kb, "max_trials": job.max_trials, "only": list(job.only),
                 "time": f"{job.time_budget_s}s" if job.time_budget_s else None,
                 "mem_limit": f"{job.mem_limit}B" if job.mem_limit else None,
@@ -281,6 +284,6 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
 def job_yaml(job: Any, shared: bool = False) -> str:
     import yaml
 
-    return (f"# autotune run {job.run}: the job as it ran; rerun it with\n"
+    return str(f"# autotune run {job.run}: the job as it ran; rerun it with\n"
             f"#   autotune tune NEW_RUN config=runs/{job.run}/job.yaml [key=value ...]\n"
             + yaml.safe_dump(job_mapping(job, shared), sort_keys=False, default_flow_style=False))

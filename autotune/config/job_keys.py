@@ -32,6 +32,8 @@ JOB_KEYS = {
     "seed": "a whole number, for example seed=0",
     "mem_limit": "memory a config may use, like 20GB, 512MiB or 1.5GiB (default: the device's)",
     "mem_margin": "share of the memory limit held back for safety, 0 to 0.9 (default 0.1)",
+    "min_gain": "the smallest gain worth a trial's device time, 0 to 0.5 (default 0.03): a change that cannot be "
+                "that much faster beyond the noise stops being measured",
     "script": "your training script (a .py file), run as it is; its knobs are read from its configs and flags",
     "script_configs": "the config files your script reads, comma-separated, for example script_configs=train.yaml",
     "only": "the knobs autotune may change, comma-separated, for example only=padding,per_device_train_batch_size "
@@ -43,6 +45,8 @@ JOB_KEYS = {
     "mlp_depth": "with model=mlp: hidden layers, a whole number >= 1 (default 4)",
     "mlp_rows": "with model=mlp: distinct seeded random rows, a whole number >= 1 (default 8192)",
     "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
+    "script_launcher": "how you launch your script, in quotes: script_launcher=\"accelerate launch\" (its flags too, "
+                       "--mixed_precision no) or script_launcher=\"torchrun --nproc_per_node=1\"; one process per trial",
     "script_knobs": "your script's own names for knobs, NAME:KNOB comma-separated, for example "
                     "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps "
                     "(where autotune does not recognise them)",
@@ -51,6 +55,9 @@ JOB_KEYS = {
     "allow_numerics_change": "true to let autotune try settings that change the numbers beyond precision noise "
                              "(8-bit AdamW states, fp8 matmuls, a 4-bit LoRA base), each held to a looser "
                              "parity tolerance the report states; default false",
+    "strict_parity": "true to refuse a change that trains the same rows and objective with another weighting "
+                     "(a script's per-micro-batch mean under another micro-batch split), which is kept by default "
+                     "with the measured difference in the report; default false",
     "realize": "true or false: the last step runs baseline_config.yaml and best_config.yaml through `trl sft`, "
                "interleaved on the run's rows, and reports that speed-up beside the loop's (Hugging Face text jobs; "
                "default true)",
@@ -73,7 +80,8 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "max_len": (8, 2**20, "tokens"), "effective_batch": (1, 2**16, "rows"), "max_trials": (1, 10_000, "trials"),
     "time": (1, 366 * 86400, "seconds"), "seed": (0, 2**32 - 1, ""), "mem_limit": (2**20, 2**50, "bytes"),
     "mem_margin": (0, 0.9, ""), "llm_timeout": (1, 3600, "seconds"), "mlp_width": (1, 2**16, "units"),
-    "mlp_depth": (1, 1024, "layers"), "mlp_rows": (1, 10**7, "rows"), "gradient_accumulation_steps": (1, 2**16, "steps"),
+    "min_gain": (0, 0.5, ""), "mlp_depth": (1, 1024, "layers"), "mlp_rows": (1, 10**7, "rows"),
+    "gradient_accumulation_steps": (1, 2**16, "steps"),
 }
 
 

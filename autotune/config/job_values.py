@@ -54,14 +54,14 @@ def parse_size(text: str) -> int:
     return size
 
 
-def parse_share(text: str) -> float:
-    check_digits("mem_margin", text)
+def parse_share(text: str, key: str = "mem_margin") -> float:
+    check_digits(key, text)
     try:
         share = float(text)
     except ValueError:
-        raise JobError(f"mem_margin={text!r}: expected {JOB_KEYS['mem_margin']}") from None
-    if not 0 <= share <= 0.9:  # NaN too
-        raise JobError(f"mem_margin={text!r}: expected {JOB_KEYS['mem_margin']}")
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}") from None
+    if key in RANGES and not RANGES[key][0] <= share <= RANGES[key][1]:  # NaN too
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
     return share
 
 

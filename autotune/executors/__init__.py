@@ -15,6 +15,9 @@ def get_executor(host: str, run: str = "", key: str = "", trust_new: bool = Fals
         return LocalExecutor()
     if host == "ray" or host.startswith("ray://"):
         return _ray_executor(host)
+    from ..util.extras import need
+
+    need("paramiko", f"host={host} (the SSH executor)")
     from .ssh import SSHExecutor  # paramiko only when a remote box is used
 
     # user@ip[:port] or an alias: resolved through the SSH config (`config`, else ~/.ssh/config).

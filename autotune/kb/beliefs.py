@@ -46,7 +46,7 @@ class Beliefs:
         self.store = store
         self._claims: dict[str, Claim] = {}
         self._history: list[dict[str, Any]] = []
-        self._seen_events: set[tuple] = set()
+        self._seen_events: set[tuple[Any, ...]] = set()
         self._pending: dict[str, list[Evidence]] | None = None
         for claim in (load_priors() if priors is None else priors):
             self._claims.setdefault(claim.id, claim)
@@ -83,8 +83,10 @@ class Beliefs:
         return [c for c in self._claims.values() if c.active and c.matches(knob, value, start, features)]
 
     def relations(self, kind: str) -> list[tuple[Claim, str]]:
-        """(claim, change) pairs of active claims with a relation of this kind (enables, conflicts)."""
-        return [(c, change) for c in self._claims.values() if c.active for k, change in c.relations if k == kind]
+        """(claim, change) pairs of active claims with a relation of this kind (enables, conflicts): the
+        graph's edges of that kind."""
+        return [(self._claims[claim], change) for claim, change, data in self.graph.edges(data=True)
+                if data["kind"] == kind and self._claims[claim].active]
 
     @property
     def graph(self) -> "nx.DiGraph":
@@ -101,15 +103,21 @@ class Beliefs:
                 graph.add_edge(claim.id, change, kind=kind)
         return graph
 
+    @property
+    def tree(self) -> "nx.DiGraph":
+        """The claim tree: an edge from each split claim to the claim it was split from."""
+        graph = self.graph
+        return graph.edge_subgraph((u, v) for u, v, d in graph.edges(data=True) if d["kind"] == "split_from")
+
     def lineage(self, claim_id: str) -> list[str]:
-        """The claim and its ancestors, oldest last. A parent already in the chain (a cycle that a store
-        written before `kb import` refused them may hold) ends it: the chain is finite whatever the file."""
-        graph, chain = self.graph, [claim_id]
-        while True:
-            parents = [t for _, t, d in graph.out_edges(chain[-1], data=True) if d["kind"] == "split_from"]
-            if not parents or parents[0] in chain:
-                return chain
-            chain.append(parents[0])
+        """The claim and its ancestors, oldest last (one parent each: the walk up the tree)."""
+        tree = self.tree
+        return list(nx.dfs_preorder_nodes(tree, claim_id)) if claim_id in tree else [claim_id]
+
+    def children(self, claim_id: str) -> list[str]:
+        """The claims split from this one, sorted."""
+        tree = self.tree
+        return sorted(tree.predecessors(claim_id)) if claim_id in tree else []
 
     # -- the one mutator ------------------------------------------------------------------------
     def apply(self, updates: Iterable[Update], run: str = "") -> list[dict[str, Any]]:
@@ -129,7 +137,7 @@ class Beliefs:
         adds claims to write first (an import's), so its events may speak of them."""
         definitions: list[dict[str, Any]] = [c.definition() for c in define if c.id not in self._claims]
         events: list[dict[str, Any]] = []
-        batch: set[tuple] = set()
+        batch: set[tuple[Any, ...]] = set()
         for update in updates:
             for child in update.children:
                 if child.id not in self._claims and all(d["id"] != child.id for d in definitions):
@@ -157,7 +165,7 @@ class Beliefs:
         return applied
 
     @staticmethod
-    def _event_key(event: dict[str, Any]) -> tuple:
+    def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
         evidence = event.get("evidence") or {}
         return (event["op"], event["claim"], evidence.get("experiment"), tuple(event.get("children") or ()))
 
@@ -210,8 +218,9 @@ def _with_status(claim: Claim, status: str, reason: str) -> Claim:
 
 def draw(beliefs: Beliefs, path: Path) -> Path:
     """A PNG of the graph: claims coloured by status, sized by evidence, lineage and relations as arrows."""
-    import matplotlib
+    from ..util.extras import need
 
+    matplotlib = need("matplotlib", "drawing the belief graph")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -4,6 +4,14 @@ The run-to-run spread is pooled over every group of runs of one config this tune
 baseline's repeats, each earlier trial's candidate runs (its records), and this trial's incumbent
 and candidate runs. The margin a gain must clear is one run's clock resolution (a scheduler slice over
 the run's time, as probes.stats), not an A/A floor: the spread is already in the interval.
+
+A trial's first and second runs are looks of their own (`reuse_look`): against every run of the
+incumbent so far (reused across trials, one group of the pooled spread, so drift between them widens
+the interval), they keep a change whose gain is far beyond the spread (a DRIFT allowance on top of the
+margin), and discard one that is slower, or cannot be `min_gain` faster, beyond the noise. They take
+two shares of the false-keep rate from the pair looks, and only where the spread pooled before the
+trial lets them keep a gain of at most REUSE_MAX: on a noisy machine they could keep only what the
+pairs keep anyway, and the pairs keep their whole share.
 """
 
 from __future__ import annotations
@@ -30,11 +38,27 @@ DOUBLINGS = 2
 # the slack costs runs, never false keeps: at 12% noise 1.5 gives 40% discards of a 10% gain for
 # 91 runs a tune, 2.0 gives 30% for 143 (1.0: 48% for 52); at 2% and 0.5% it costs a few runs.
 SLACK = 1.5
+# A first-run keep compares with the incumbent's runs of earlier trials: the machine may have drifted
+# since (clocks, heat, neighbours), so the gain must clear the margin by this much more.
+DRIFT = 0.01
+# The gain worth a trial's device time (the job's `min_gain` overrides it): a change that cannot be
+# this much faster beyond the noise stops being measured.
+MIN_GAIN = 0.03
+# Looks on the first runs against the incumbent's reused runs (after the first and the second run),
+# spent only where the spread pooled before the trial lets them keep a gain of at most REUSE_MAX.
+REUSE_LOOKS = 2
+REUSE_MAX = 2.0
 
 
-def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]]) -> list[list[float]]:
-    """Samples/s of each group of runs of one config: the records' own runs and this trial's."""
-    out = [[m["samples_per_s"] for m in r.get("measurements") or ()] for r in records]
+def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]], skip: int | None = None) -> list[list[float]]:
+    """Samples/s of each group of runs of one config: the records' own runs (but trial `skip`'s) and
+    this trial's, and the spread of past runs on this device the baseline's record brought
+    (`spread_prior`, a few df)."""
+    out = [[m["samples_per_s"] for m in r.get("measurements") or ()] for r in records
+           if skip is None or r.get("trial") != skip]
+    prior = (records[0].get("spread_prior") if records else None) or {}
+    if prior:
+        out.append(sequential.prior_group(prior["sd"], prior["df"]))
     return [g for g in out + [[m["samples_per_s"] for m in c] for c in current] if len(g) > 1]
 
 
@@ -49,6 +73,20 @@ def looks(most: int) -> tuple[int, ...]:
     return tuple(n for n in sequential.LOOKS if n < most) + (most,)
 
 
+def reusing(records: list[dict[str, Any]], most: int) -> bool:
+    """Whether this trial's first runs are looks of their own (set from the runs before the trial): the
+    gain one run could show against three of the incumbent is at most REUSE_MAX."""
+    spread = sequential.pooled(groups(records))
+    t = sequential.t_quantile(1 - sequential.ALPHA / (len(looks(most)) + REUSE_LOOKS), spread.df)
+    need = math.exp(t * spread.sd * math.sqrt(1 + 1 / 3)) * (1 + margin(records)) * (1 + DRIFT)
+    return need <= REUSE_MAX
+
+
+def shares(records: list[dict[str, Any]], most: int) -> int:
+    """How many shares the false-keep rate of a trial is split into: its looks."""
+    return len(looks(most)) + (REUSE_LOOKS if reusing(records, most) else 0)
+
+
 def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
             most: int, last: bool = False) -> stats.Comparison:
     """The sequential verdict on this trial's runs (`most`: the pairs it may take), as the loop's
@@ -57,9 +95,9 @@ def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], cand
     spread = sequential.pooled(groups(records, incumbent, candidate))
     floor = margin(records)
     points = looks(most)
-    share = len(points)
+    share: float = shares(records, most)
     if last and len(candidate) < most:
-        share = len(points) / (len(points) - sum(n < len(candidate) for n in points))
+        share = share / (len(points) - sum(n < len(candidate) for n in points))
     v = sequential.decide([m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate],
                           spread, floor, share)
     confidence = 1 - 2 * sequential.ALPHA / share
@@ -75,7 +113,7 @@ def detectable(records: list[dict[str, Any]], most: int) -> float:
     under WORTH): the noise floor of this rule, below which a proposal's expected improvement is not
     worth a trial."""
     spread = sequential.pooled(groups(records))
-    t = sequential.t_quantile(1 - sequential.ALPHA / len(looks(most)), spread.df + 2 * most)
+    t = sequential.t_quantile(1 - sequential.ALPHA / shares(records, most), spread.df + 2 * most)
     return max(margin(records), WORTH, math.expm1(t * spread.sd * math.sqrt(2 / most)))
 
 
@@ -102,23 +140,41 @@ def could_close(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], 
     d = sum(math.log(v) for v in cand) / len(cand) - sum(math.log(v) for v in inc) / len(inc)
     now = spread.sd * math.sqrt(1 / len(cand) + 1 / len(inc))
     end = spread.sd * math.sqrt(1 / (len(cand) + left) + 1 / (len(inc) + left))
-    t = sequential.t_quantile(1 - sequential.ALPHA / len(looks(most)), spread.df + 2 * left)
+    t = sequential.t_quantile(1 - sequential.ALPHA / shares(records, most), spread.df + 2 * left)
     return d + SLACK * now - t * end > math.log1p(max(margin(records), WORTH))
 
 
-def screen(records: list[dict[str, Any]], reference: list[list[float]], measurement: dict[str, Any],
-           rows_per_step: int) -> stats.Comparison:
-    """After one run: "slower" when the candidate is slower than the incumbent's runs beyond the noise
-    (one-sided SCREEN_ALPHA), else "no difference": worth confirming on interleaved pairs."""
-    spread = sequential.pooled(groups(records))
+def reuse_look(records: list[dict[str, Any]], reference: list[list[float]], incumbent_trial: int | None,
+               candidate: list[dict[str, Any]], rows_per_step: int, most: int, min_gain: float = MIN_GAIN
+               ) -> stats.Comparison:
+    """After a trial's first (or second) run, against the incumbent's runs so far (`reference`, from
+    trial `incumbent_trial`): "faster" when the gain clears the margin and DRIFT beyond the noise at its
+    share of the false-keep rate (where `reusing` gives it one); "slower" when it is slower, or cannot
+    be `min_gain` faster, beyond the noise (one-sided SCREEN_ALPHA); else "no difference"."""
     incumbent = [stats.throughput(run, rows_per_step) for run in reference]
-    d = math.log(stats.throughput(measurement["step_times_s"], rows_per_step)) - sum(
-        math.log(v) for v in incumbent) / len(incumbent)
-    t = sequential.t_quantile(1 - SCREEN_ALPHA, spread.df) * spread.sd * math.sqrt(1 + 1 / len(incumbent))
+    mine = [stats.throughput(m["step_times_s"], rows_per_step) for m in candidate]
+    spread = sequential.pooled(groups(records, skip=incumbent_trial) + [incumbent, mine])
+    d = sum(math.log(v) for v in mine) / len(mine) - sum(math.log(v) for v in incumbent) / len(incumbent)
+    se = spread.sd * math.sqrt(1 / len(mine) + 1 / len(incumbent))
+    t = sequential.t_quantile(1 - SCREEN_ALPHA, spread.df) * se
+    share = shares(records, most)
+    keep = sequential.t_quantile(1 - sequential.ALPHA / share, spread.df) * se
     low, high = math.exp(d - t), math.exp(d + t)
-    shown = (f"x{math.exp(d):.3f} [{low:.3f}, {high:.3f}] (1 vs {len(incumbent)} runs, run-to-run spread "
-             f"{spread.sd:.2%} over {spread.df} df)")
-    slower = high < 1
-    return stats.Comparison(math.exp(d), low, high, 1 - 2 * SCREEN_ALPHA, margin(records),
-                            "slower" if slower else "no difference",
-                            f"{shown} is slower beyond the noise" if slower else f"{shown}: worth confirming")
+    floor = margin(records)
+    runs = f"{len(mine)} vs {len(incumbent)} runs"
+    shown = f"x{math.exp(d):.3f} [{low:.3f}, {high:.3f}] ({runs}, run-to-run spread {spread.sd:.2%} over {spread.df} df)"
+    if reusing(records, most) and math.exp(d - keep) > (1 + floor) * (1 + DRIFT):
+        return stats.Comparison(math.exp(d), math.exp(d - keep), high, 1 - 2 * sequential.ALPHA / share, floor,
+                                "faster", f"x{math.exp(d):.3f}, at least x{math.exp(d - keep):.3f} ({runs} of the "
+                                f"incumbent so far, run-to-run spread {spread.sd:.2%} over {spread.df} df, one-sided "
+                                f"{sequential.ALPHA / share:.2%}): clears the noise, the {floor:.2%} margin and "
+                                f"{DRIFT:.0%} for drift since the incumbent's runs")
+    if high < 1:
+        return stats.Comparison(math.exp(d), low, high, 1 - 2 * SCREEN_ALPHA, floor, "slower",
+                                f"{shown} is slower beyond the noise")
+    if high < 1 + min_gain:
+        return stats.Comparison(math.exp(d), low, high, 1 - 2 * SCREEN_ALPHA, floor, "slower",
+                                f"{shown} cannot be {min_gain:.0%} faster (min_gain) beyond the noise: not worth "
+                                "more runs")
+    return stats.Comparison(math.exp(d), low, high, 1 - 2 * SCREEN_ALPHA, floor, "no difference",
+                            f"{shown}: worth confirming")

@@ -40,7 +40,8 @@ def measure(tuner: Any, knobs: Knobs, trial: int, label: str, ceiling: bool = Fa
     if result["state"] == "complete":
         state.slowest_s = max(state.slowest_s, result["wall_s"])
         state.walls.append(result["wall_s"])
-    return result
+    done: dict[str, Any] = result
+    return done
 
 
 def more_pairs(tuner: Any, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
@@ -82,3 +83,13 @@ def interleaved(tuner: Any, incumbent_runs: list[dict[str, Any]], candidate_runs
     another pair."""
     return decide.interleaved(tuner.steps, tuner.state.records, incumbent_runs, candidate_runs, tuner.job.effective_batch,
                               floor, last=not tuner._room_for(8 * (len(candidate_runs) - 1)))
+
+
+def second_look(tuner: Any, results: list[dict[str, Any]], reference: list[list[float]],
+                incumbent: Incumbent) -> stats.Comparison | None:
+    """The look after a trial's second run against the incumbent's runs so far (verdict.second_look),
+    None where it has no share or a run did not complete."""
+    if any(r["state"] != "complete" for r in results):
+        return None
+    return decide.second_look(tuner.steps, tuner.state.records, reference, [r["measurement"] for r in results],
+                              tuner.job.effective_batch, incumbent.trial, decide.min_gain(tuner.job))

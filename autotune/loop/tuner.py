@@ -74,7 +74,8 @@ class Tuner:
             from ..workloads.script import ScriptAdapter
 
             self.script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args),
-                                                   self.cwd, job.max_len, job.effective_batch, job.script.knobs)
+                                                   self.cwd, job.max_len, job.effective_batch, job.script.knobs,
+                                                   job.script.parsed, tuple(shlex.split(job.script.launcher)))
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -115,17 +116,20 @@ class Tuner:
         self.state.peaks = result["frame"]["device"]["peaks"]
         self.memory.start(result["frame"])
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
-        return result["frame"]
+        frame: dict[str, Any] = result["frame"]
+        return frame
 
     def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
         past = self.memory.replay(self.job.start, self.job.start)
         if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
             return self._replayed_baseline(past)
-        # The first repeat also runs the worst-case batch: the user's config must fit before anything else.
-        results = [self.measure(self.job.start, 0, f"baseline 1/{self.steps.baseline_repeats}", True)]
+        # Where the knowledge base holds this device's run-to-run spread, one repeat less: the spread is
+        # not the baseline's alone (learn.spread_prior). The first repeat also runs the worst-case batch.
+        prior = self.memory.spread_prior()
+        repeats = max(2, self.steps.baseline_repeats - 1) if prior else self.steps.baseline_repeats
+        results = [self.measure(self.job.start, 0, f"baseline 1/{repeats}", True)]
         if results[0]["state"] != "oom":
-            results += [self.measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
-                        for i in range(1, self.steps.baseline_repeats)]
+            results += [self.measure(self.job.start, 0, f"baseline {i + 1}/{repeats}") for i in range(1, repeats)]
         complete = [r for r in results if r["state"] == "complete"]
         incumbent = Incumbent(self.job.start, [], 0)
         for result in complete:
@@ -137,6 +141,8 @@ class Tuner:
                                   f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
                                   wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
+        if prior is not None:
+            record["spread_prior"] = prior  # keep_rule.groups: a few df of this device's past runs
         if results[0]["state"] == "oom" or len(complete) < 2:
             failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
             record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
@@ -220,7 +226,7 @@ class Tuner:
 
             self.parallel = ParallelTrials(self)
         baseline_speed = state.records[0]["samples_per_s"]
-        stop_reason, skipped = "every applicable change was tried", []
+        stop_reason, skipped = "every applicable change was tried", list[tuple[str, str]]()
         while True:
             hypotheses, skipped, spent, stop = self.ask()
             stop_reason = spent or stop_reason
@@ -244,7 +250,8 @@ class Tuner:
                           best=incumbent, records=records, skipped=skipped, noise_floor=state.noise_floor,
                           stop_reason=stop_reason, wall_s=state.elapsed_s, folder=self.folder.path,
                           best_measurement=best_record["measurements"][-1],
-                          parallel=self.parallel.close() if self.parallel is not None else None)
+                          parallel=self.parallel.close() if self.parallel is not None else None,
+                          device_runs=state.runs, device_s=sum(state.walls))
         return outcome
 
     # -- ask / tell ---------------------------------------------------------------------------
@@ -289,26 +296,10 @@ class Tuner:
 
     def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
                  ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
-        """The LLM's checked proposals go first, the ranking after; its new claims join the beliefs."""
-        from ..reasoner.llm import prompt_context
+        """The LLM's checked proposals go first, the ranking after (loop/asking.py)."""
+        from .asking import ask_llm
 
-        claims = self.memory.claims
-        records = self.state.records
-        context = prompt_context(features, incumbent.knobs, self.job.effective_batch, records, claims, ranked,
-                                 skipped, [r["change"] for r in records if r["change"]])
-        proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
-                                    self.state.measured, claims, features)
-        proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
-        for change, why in cannot:
-            proposal.reject(change, why)
-        if proposal.claims:
-            self.memory.adopt(proposal.claims, f"proposed by the LLM {self.job.llm.model} before trial {before_trial}")
-        record = proposal.record(before_trial, self.job.llm.model)
-        self.folder.append_llm_call(record)
-        if self.display:
-            self.display.llm(record)
-        proposed = {h.change for h in proposal.hypotheses}
-        return proposal.hypotheses + [h for h in ranked if h.change not in proposed]
+        return ask_llm(self, before_trial, incumbent, frame, features, ranked, skipped)
 
     def _allowed(self, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
                  report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
@@ -345,7 +336,8 @@ class Tuner:
             limits.cannot_apply_here(self.state.frame_facts, hypothesis, first)
             return finish("discard", first["reason"], first["state"])
         measurement = first["measurement"]
-        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.state.records)
+        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.state.records,
+                                             self.job.strict_parity)
         if not parity_result["ok"]:
             return finish("discard", parity_result["reason"])
         # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
@@ -358,15 +350,34 @@ class Tuner:
             fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
             reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
         if reference:
-            verdict = decide.screen(self.steps, self.state.records, reference, measurement, self.job.effective_batch, floor)
-            if decide.screened_out(self.steps, verdict):
+            verdict = decide.screen(self.steps, self.state.records, reference, measurement, self.job.effective_batch,
+                                    floor, incumbent.trial, decide.min_gain(self.job))
+            screened, kept = decide.screened_out(self.steps, verdict), decide.decided_on_one_run(self.steps, verdict)
+            if screened or kept:
                 for result in fresh:
                     if result["state"] == "complete":
                         incumbent.add(result["measurement"])  # a reference on this card for the next trials
+            if screened:
                 return finish("discard", f"not faster after one run: {verdict.reason}")
+            if kept:
+                return finish("keep", f"{verdict.reason}; {parity_result['reason']}{decide.fits(measurement)}")
+        if not fresh and self.steps.keep_rule == "sequential":
+            # The second run first: against the incumbent's runs so far it may decide (keep_rule.reuse_look).
+            results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
+            look = measuring.second_look(self, results, reference, incumbent)
+            if look is not None and look.verdict != "no difference":
+                verdict = look
+                if look.verdict == "faster":
+                    return finish("keep", f"{look.reason}; {parity_result['reason']}{decide.fits(measurement)}")
+                return finish("discard", f"not faster after two runs: {look.reason}")
+        second = results[-1] if len(results) > 1 else None
+        if second is not None and second["state"] != "complete":
+            return finish("discard", f"the confirmation run ended {second['state']}: {second['reason']}",
+                          second["state"])
         if not fresh:
             fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
-        results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
+        if second is None:
+            results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
         fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
         fresh = [r for r in fresh if r["state"] == "complete"]
         for result in fresh:
@@ -384,7 +395,5 @@ class Tuner:
             return finish("discard", f"an extra run ended {failed['state']}: {failed['reason']}", failed["state"])
         if verdict.verdict != "faster":
             return finish("discard", verdict.reason)
-        ceiling = measurement.get("ceiling")
-        fits = (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
-                if ceiling else "")
-        return finish("keep", f"{verdict.reason}; {parity_result['reason']}{fits}")
+        return finish("keep", f"{verdict.reason}; {parity_result['reason']}{decide.fits(measurement)}")
+

@@ -14,7 +14,7 @@ from typing import Any
 from . import keep_rule
 from ..config.knobs import CATALOG, NUMERICS, Knobs, numerics_changes
 from .outcome import Incumbent
-from ..probes import parity, stats
+from ..probes import parity, row_parity, stats
 from .trial_spec import StepBudget
 
 
@@ -56,11 +56,31 @@ def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats
 
 
 def screen(steps: StepBudget, records: list[dict[str, Any]], reference: list[list[float]],
-           measurement: dict[str, Any], batch: int, floor: float) -> stats.Comparison:
-    """One candidate run against the incumbent's runs on its card."""
+           measurement: dict[str, Any], batch: int, floor: float, incumbent_trial: int | None = None,
+           min_gain: float = keep_rule.MIN_GAIN) -> stats.Comparison:
+    """One candidate run against the incumbent's runs on its card (from trial `incumbent_trial`): under
+    the sequential rule a look of its own, which may keep a gain far beyond the noise (keep_rule.first_look)."""
     if steps.keep_rule == "sequential":
-        return keep_rule.screen(records, reference, measurement, batch)
+        return keep_rule.reuse_look(records, reference, incumbent_trial, [measurement], batch,
+                                    most_pairs(steps, records), min_gain)
     return stats.compare(reference, [measurement["step_times_s"]], batch, floor)
+
+
+def second_look(steps: StepBudget, records: list[dict[str, Any]], reference: list[list[float]],
+                candidate: list[dict[str, Any]], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
+    """The sequential rule's look after a trial's second run, against the incumbent's runs so far
+    (None under the floor rule, or where the spread so far leaves this look no share)."""
+    if steps.keep_rule != "sequential" or not reference:
+        return None
+    most = most_pairs(steps, records)
+    if not keep_rule.reusing(records, most):
+        return None
+    return keep_rule.reuse_look(records, reference, incumbent_trial, candidate, batch, most, min_gain)
+
+
+def decided_on_one_run(steps: StepBudget, verdict: stats.Comparison) -> bool:
+    """Whether the first run alone shows the candidate faster (the sequential rule's first look)."""
+    return steps.keep_rule == "sequential" and verdict.verdict == "faster"
 
 
 def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
@@ -70,10 +90,23 @@ def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
     return verdict.ratio <= 1 or verdict.verdict == "slower"
 
 
+def fits(measurement: dict[str, Any]) -> str:
+    """A kept change's note on its worst-case batch, where its first run measured one."""
+    ceiling = measurement.get("ceiling")
+    return (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
+            if ceiling else "")
+
+
+def min_gain(job: Any) -> float:
+    """The gain worth a trial's device time (the job's `min_gain`): one that cannot reach it stops being measured."""
+    return getattr(job, "min_gain", keep_rule.MIN_GAIN)
+
+
 def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent, knobs: Knobs,
-                 start: Knobs, records: list[dict[str, Any]]) -> dict[str, Any]:
+                 start: Knobs, records: list[dict[str, Any]], strict: bool = False) -> dict[str, Any]:
     """Per-row losses against the baseline's; a change the user allowed to alter what is trained (an
-    image resolution cap) is exempt, and once one is kept, later changes are held to its losses."""
+    image resolution cap) is exempt, and once one is kept, later changes are held to its losses. A script's
+    rows are matched by content (probes/row_parity.py); `strict`: another weighting is refused too."""
     if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
         return {"ok": True, "checked": False, "worst": None, "tolerance": None,
                 "reason": measurement.get("parity_note") or base.get("parity_note")
@@ -92,8 +125,15 @@ def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: I
     # reason; only one the reference's losses were made without: a QLoRA start keeps precision's tolerance.
     already = set(numerics_changes(reference_knobs))
     looser = [(NUMERICS[change], change) for change in numerics_changes(knobs) if change not in already]
-    result = parity.compare(reference["parity_losses"], measurement["parity_losses"],
-                            max([tolerance] + [tol for (tol, _), _ in looser]))
+    tol = max([tolerance] + [tol for (tol, _), _ in looser])
+    if reference.get("parity_rows") and measurement.get("parity_rows"):
+        # The reference's repeated runs (the baseline's, where it is the reference) give the statistical
+        # check its spread when the script draws other rows.
+        runs = records[0]["measurements"][1:] if reference is base and records else []
+        baselines = [reference["parity_rows"]] + [m["parity_rows"] for m in runs if m.get("parity_rows")]
+        result = row_parity.compare(baselines, measurement["parity_rows"], tol, strict)
+    else:
+        result = parity.compare(reference["parity_losses"], measurement["parity_losses"], tol)
     if looser:
         result["reason"] += "; " + "; ".join(f"{name}={value}: tolerance {tol:.0e}, as {why}"
                                              for (tol, why), (name, value) in looser)

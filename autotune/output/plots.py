@@ -20,8 +20,9 @@ LOG_SCALE_BELOW = 0.05
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    from ..util.extras import need
 
+    matplotlib = need("matplotlib", "the run's plots")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

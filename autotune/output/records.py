@@ -52,10 +52,14 @@ class RunFolder:
     def trial_dir(self, name: str) -> Path:
         return self.path / "trials" / name
 
-    def create(self, job: dict[str, Any]) -> None:
+    def check_new(self) -> None:
+        """JobError where the folder already holds a run's records (they are kept)."""
         if self.experiments.exists() and self.experiments.stat().st_size:
             raise JobError(f"RUN {self.path.name!r}: {self.path} already holds a run; pick another RUN name "
                            "(its records are kept) or remove that folder")
+
+    def create(self, job: dict[str, Any]) -> None:
+        self.check_new()
         validate("job", job, str(self.job))
         self.make()
         write_json_atomic(self.job, job)

@@ -146,6 +146,16 @@ def _chain_interval(records: list[dict[str, Any]]) -> str:
     return f", interval [{low:.2f}, {high:.2f}] (the kept changes' 95% intervals multiplied)"
 
 
+def _tree_lines(records: list[dict[str, Any]]) -> list[str]:
+    """How the trials' copies of the user's folder were made: none of them could change it."""
+    trees = [m["tree"] for r in records for m in r.get("measurements") or [] if m.get("tree")]
+    if not trees:
+        return []
+    methods = sorted({t["method"] for t in trees})
+    return ["", f"Each trial ran on its own copy of your folder ({' and '.join(methods)}: {trees[-1]['files']} files, "
+            f"{trees[-1]['bytes'] / 2 ** 20:.1f} MB); nothing the script wrote reached your files."]
+
+
 def _change_cell(record: dict[str, Any]) -> str:
     if not record["change"]:
         return "baseline"
@@ -247,17 +257,24 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
     if outcome.frame.get("script"):
         lines += ["", "## Your script", "", f"`{job.script.path}` with {', '.join(job.script.configs) or 'no config file'}; "
                   "found (file:key or flag = value -> what it sets):", ""]
-        lines += [f"- {line}" for line in outcome.frame["script"]]
+        lines += [f"- {line}" for line in outcome.frame["script"]] + _tree_lines(outcome.records)
     lines += ["", "## Result", "",
               f"- baseline: {baseline:.3f} samples/s (A/A noise floor {outcome.noise_floor:.2%})",
               f"- best: {best:.3f} samples/s (trial {outcome.best.trial}{_other_card(outcome)}), "
               f"**x{outcome.speedup:.2f}** the baseline by the chain of interleaved comparisons of the kept changes"
               + _chain_interval(outcome.records),
-              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s"] + _realized_lines(config)
+              f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s",
+              f"- device time: {outcome.device_runs} runs, {outcome.device_s:.0f}s (baseline included); "
+              f"a change that could not be x{1 + job.min_gain:.2f} faster beyond the noise (min_gain) stopped being measured"
+              ] + _realized_lines(config)
     lines += _parallel_lines(getattr(outcome, "parallel", None), outcome.records) + ["", "## Plots", ""]
+    from ..util.extras import available, install_line
     from .plots import write_plots
 
-    lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    if available("matplotlib"):
+        lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
+    else:  # the report is still written: the plots are an extra
+        lines += [f"Not drawn: matplotlib is not installed ({install_line('matplotlib')})."]
     placed = any(r.get("placement") for r in outcome.records)
     lines += ["", "## Trials", "",
               "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..util.errors import JobError
-from ..config.job_values import MLFLOW_MISSING, check_mlflow_uri, redact_args, redact_uri
+from ..config.job_values import MLFLOW_MISSING, check_mlflow_uri, redact_uri
 
 DEFAULT_EXPERIMENT = "autotune"
 RUN_ID_TAG = "autotune.run_id"       # the parent's: state.json's run id, the same across resumes

@@ -56,6 +56,7 @@ def result(job: Any, outcome: Any, config: dict[str, Any]) -> dict[str, Any]:
             "baseline_samples_per_s": outcome.baseline.get("samples_per_s"),
             "best_samples_per_s": outcome.best_speed, "speedup": outcome.speedup,
             "speedup_interval": _interval(kept), "realized": _realized(path),
+            "device_runs": outcome.device_runs, "device_s": round(outcome.device_s, 1),
             "files": files, "command": config["command"]}
     from ..schemas import violation
 

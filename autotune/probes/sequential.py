@@ -20,6 +20,7 @@ run's clock resolution). Undecided stays open while looks remain. Slower: the up
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -56,14 +57,58 @@ def pooled(groups: list[list[float]]) -> Spread:
     return Spread(max(MIN_SPREAD, math.sqrt(squares / df)), df)
 
 
+def prior_group(sd: float, df: int) -> list[float]:
+    """A group of throughputs whose log spread is `sd` over `df` degrees of freedom (rounded down to
+    even): what a spread learnt before this tune adds to the pooled one, as if measured here."""
+    half = max(0, int(df) // 2)
+    return [math.exp(sd), math.exp(-sd)] * half + [1.0] if half else []
+
+
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (Cornish-Fisher expansion about the normal: within 1% for df >= 3)."""
+    """Student's t quantile: exact for up to EXACT_DF degrees of freedom (bisection on the closed-form
+    distribution function of an integer df), the Cornish-Fisher expansion about the normal beyond (within
+    0.1% there). The expansion alone is 20% short at 2 df and 0.1% one-sided, where a single run decides."""
     z = NormalDist().inv_cdf(p)
     if df <= 0:
         return z * 10  # no spread estimate at all: nothing is decided
-    df = max(df, 1)
+    if df <= EXACT_DF and p > 0.5:
+        return _exact(p, int(df))
     return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
             + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
+
+
+EXACT_DF = 30
+
+
+@functools.lru_cache(maxsize=4096)
+def _exact(p: float, df: int) -> float:
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(100):
+        mid = (low + high) / 2
+        low, high = (mid, high) if t_cdf(mid, df) < p else (low, mid)
+    return (low + high) / 2
+
+
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with an integer df >= 1 (the finite sums over cos(theta), theta =
+    atan(t / sqrt(df)), for odd and even df)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, s = math.cos(theta) ** 2, math.sin(theta)
+    if df % 2:
+        term, total = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            total += term
+        inside = 2 / math.pi * (theta + (s * math.cos(theta) * total if df > 1 else 0.0))
+    else:
+        term, total = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            total += term
+        inside = s * total
+    return (1 + inside) / 2
 
 
 @dataclass(frozen=True)

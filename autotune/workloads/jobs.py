@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from ..config.job import Job, parse_words
 from ..config.job_keys import MLP_MODEL
@@ -23,7 +23,17 @@ from .script.job import script_job
 from .script.spec import spec_fields as script_fields
 from .spec import SpecInputs, frame_inputs
 
-Builder = Callable[[str, dict[str, str], bool], Job]
+@dataclass(frozen=True)
+class RunPlace:
+    """Where the run's folder goes and how its lock is held, given by the layer that owns run folders
+    (api.run_place): a job that runs something of the user's to be read (a script's probe) runs it only
+    inside `locked()`, which yields the run folder to work in. Without one, nothing of the user's runs."""
+
+    runs: Path
+    locked: Callable[[], ContextManager[Path]] | None = None
+
+
+Builder = Callable[[str, dict[str, str], bool, RunPlace], Job]
 @dataclass(frozen=True)
 class Kind:
     """One kind of job: how its words are recognised and built, how a built Job is recognised, its
@@ -41,7 +51,8 @@ class Kind:
 
 # First match wins; the HF model is the default.
 KINDS: tuple[Kind, ...] = (
-    Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs"),
+    Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs",
+                                                                        "script_launcher"),
          lambda job: job.script is not None, script_best, script_fields),
     Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best,
          frame_inputs),
@@ -55,23 +66,24 @@ def kind_of(job: Job) -> Kind:
     return next(kind for kind in KINDS if kind.is_kind(job))
 
 
-def job_from_words(run: str, words: list[str]) -> tuple[Job, list[str]]:
+def job_from_words(run: str, words: list[str], place: RunPlace | None = None) -> tuple[Job, list[str]]:
     """The job and the mode words (smoke, resume, review) of `autotune tune RUN key=value ...`; config= and
-    from= files become words first (config/job_files.py), so a file is validated as the words are."""
+    from= files become words first (config/job_files.py), so a file is validated as the words are.
+    `place`: where the run's folder goes and its lock (autotune.job_from_words gives it)."""
     from ..config.job_files import expand
 
     pairs, modes = parse_words(expand(words))
     smoke = "smoke" in modes
     for kind in KINDS:
         if kind.takes(pairs):
-            return kind.build(run, pairs, smoke), modes
+            return kind.build(run, pairs, smoke, place or RunPlace(Path("runs"))), modes
         stray = [key for key in kind.own_keys if key in pairs]
         if stray:
             raise JobError(f"{', '.join(stray)} go with {_WITH[kind.name]}")
     raise AssertionError("the last kind takes every job")
 
 
-def job_from_dict(run: str, keys: dict[str, Any]) -> Job:
+def job_from_dict(run: str, keys: dict[str, Any], place: RunPlace | None = None) -> Job:
     """The job a job file holding `keys` makes, for a caller in Python: `{"model": "mlp", "smoke": True}`
     passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
     from ..config.job_files import mapping_pairs
@@ -79,4 +91,4 @@ def job_from_dict(run: str, keys: dict[str, Any]) -> Job:
     pairs, modes = mapping_pairs(keys, "job", Path.cwd())
     if "fresh" in modes:
         raise JobError("job: fresh is how a tune runs, not part of the job; give autotune.tune(job, fresh=True)")
-    return job_from_words(run, [f"{key}={value}" for key, value in pairs.items()] + modes)[0]
+    return job_from_words(run, [f"{key}={value}" for key, value in pairs.items()] + modes, place)[0]

@@ -97,7 +97,7 @@ def test_a_trial_whose_heartbeat_stops_is_a_crash_with_the_reason(trusted, tmp_p
     try:
         worker, results, remote = _trial_in_background(executor, tmp_path, "runner.pid", inject_fault="hang")
         # The box "goes away" for this trial: launcher and runner die without a word.
-        subprocess.run(["pkill", "-9", "-f", f"autotune.executors.heartbeat hf spec.json"], check=False)
+        subprocess.run(["pkill", "-9", "-f", "autotune.executors.heartbeat hf spec.json"], check=False)
         os.killpg(int((remote / "runner.pid").read_text()), signal.SIGKILL)
         worker.join(timeout=120)
         assert results and results[0]["state"] == "crash" and "heartbeat" in results[0]["reason"], results

@@ -43,3 +43,63 @@ def test_a_real_gain_that_starts_on_two_unlucky_pairs_gets_more_pairs():
     unlucky = [run(9.3), run(9.9)]
     assert keep_rule.could_close(noisy, incumbent, unlucky, 62, 64)
     assert not keep_rule.could_close(noisy, incumbent, [run(5.0), run(5.2)], 62, 64)
+
+
+def _quiet(spread: float) -> list[dict]:
+    return [{"trial": 0, "measurements": [run(10.0 * (1 + spread * k)) for k in (-1, 0, 1)]}]
+
+
+def test_one_run_keeps_a_gain_far_beyond_the_spread_and_not_a_modest_one():
+    # A GPU-like spread (0.5%): x2 after one run is kept against the incumbent's three runs; x1.03 is
+    # left to the pairs, and x0.99 cannot reach min_gain: discarded on that one run.
+    records = _quiet(0.005)
+    reference = [m["step_times_s"] for m in records[0]["measurements"]]
+    assert keep_rule.reusing(records, 16)
+    assert keep_rule.reuse_look(records, reference, 0, [run(20.0)], 1, 16).verdict == "faster"
+    assert keep_rule.reuse_look(records, reference, 0, [run(10.3)], 1, 16).verdict == "no difference"
+    futile = keep_rule.reuse_look(records, reference, 0, [run(9.9)], 1, 16)
+    assert futile.verdict == "slower" and "min_gain" in futile.reason
+    # A smaller min_gain keeps measuring it.
+    assert keep_rule.reuse_look(records, reference, 0, [run(9.99)], 1, 16, min_gain=0.001).verdict == "no difference"
+
+
+def test_a_noisy_machine_gives_the_first_runs_no_share_so_the_pairs_keep_theirs():
+    quiet, noisy = _quiet(0.005), _quiet(0.12)
+    assert keep_rule.shares(quiet, 16) == keep_rule.shares(noisy, 16) + keep_rule.REUSE_LOOKS
+    reference = [m["step_times_s"] for m in noisy[0]["measurements"]]
+    assert keep_rule.reuse_look(noisy, reference, 0, [run(20.0)], 1, 16).verdict == "no difference"
+
+
+def test_the_incumbents_reused_runs_are_one_group_of_the_spread_counted_once():
+    # The incumbent's record and its later runs are one group: its record is not counted again.
+    records = _quiet(0.005) + [{"trial": 1, "measurements": [run(12.0), run(12.1)]}]
+    reference = [m["step_times_s"] for m in records[0]["measurements"]] + [run(10.02)["step_times_s"]]
+    look = keep_rule.reuse_look(records, reference, 0, [run(20.0)], 1, 16)
+    assert "over 4 df" in look.reason  # 3 of the incumbent's 4 runs and 1 of trial 1's 2
+
+
+def test_a_spread_learnt_on_this_device_adds_a_few_df_and_is_kept_with_the_baseline():
+    records = _quiet(0.005)
+    alone = keep_rule.sequential.pooled(keep_rule.groups(records))
+    records[0]["spread_prior"] = {"sd": 0.005, "df": 4, "runs": 8}
+    helped = keep_rule.sequential.pooled(keep_rule.groups(records))
+    assert helped.df == alone.df + 4 and abs(helped.sd - 0.005) < 0.001
+    # Skipping the incumbent's own record (its runs are passed as one group) keeps the prior.
+    assert keep_rule.sequential.pooled(keep_rule.groups(records, skip=0)).df == 4
+
+
+def test_a_second_tune_on_this_device_starts_from_the_first_ones_spread(tmp_path):
+    from conftest import tiny_job
+    from tests.loop.test_tuner import TableExecutor
+
+    from autotune.loop.learn import PRIOR_DF
+    from autotune.loop.tuner import Tuner
+
+    factors = {("padding", "padding_free"): 2.0}
+    kb = str(tmp_path / "kb")
+    first = Tuner(tiny_job(max_trials=2, run="a", kb=kb), TableExecutor(factors), tmp_path).run()
+    assert "spread_prior" not in first.records[0]  # nothing measured on this device before
+    # Another job (seed) on the same device: not a replay of the first one.
+    second = Tuner(tiny_job(max_trials=2, run="b", kb=kb, seed="1"), TableExecutor(factors), tmp_path).run()
+    prior = second.records[0]["spread_prior"]
+    assert 0 < prior["df"] <= PRIOR_DF and prior["runs"] >= 3 and prior["sd"] > 0

@@ -19,12 +19,35 @@ def facts(records: list[dict]) -> list[tuple]:
     return [(r["trial"], r["change"], r["knobs"], r["state"], r["decision"]) for r in records]
 
 
+def same_search(parallel: list[dict], serial: list[dict]) -> None:
+    """The same changes kept in the same order, and the same configs tried with the same decisions but for
+    one near the end: a trial decided on its first runs compares with the incumbent's runs on its card (on
+    a card with none yet, one measured then), so its ratio, the order the model proposes near-ties in and
+    whether its last proposal clears the noise floor may differ from the serial tune's."""
+    import collections
+    import json
+
+    def kept(records: list[dict]) -> list[dict]:
+        return [r["knobs"] for r in records if r["decision"] == "keep"]
+
+    def tried(records: list[dict]) -> collections.Counter:
+        return collections.Counter(json.dumps([r["knobs"], r["state"], r["decision"]], sort_keys=True) for r in records)
+
+    assert kept(parallel) == kept(serial)
+    ours, theirs = tried(parallel), tried(serial)
+    assert sum(((ours - theirs) + (theirs - ours)).values()) <= 1
+
+
 def same_figures(parallel: list[dict], serial: list[dict]) -> None:
-    """Each trial measured the same runs with the same figures. Only a one-run screen may differ: it
-    compares with the incumbent's runs on the trial's card (on a card with none yet, the incumbent's
-    first paired run, measured before the verdict), not with every run of it."""
+    """Each trial measured the same runs with the same figures. Only a look on a trial's first runs may
+    differ: it compares with the incumbent's runs on the trial's card (on a card with none yet, the
+    incumbent's first paired run, measured before the verdict), not with every run of it."""
     for ours, theirs in zip(parallel, serial):
         runs = (len(ours["measurements"]), len(theirs["measurements"]))
+        if ours["change"] != theirs["change"]:
+            continue  # near-ties proposed in another order (configs)
+        if runs[0] != runs[1] and ours["decision"] == theirs["decision"] == "keep":
+            continue  # kept on its first runs here, on pairs there
         if runs[0] != runs[1]:
             # Which slot a trial gets is whichever is free first, so a screen can read another card's
             # handful of incumbent runs than the serial tune's and end a losing trial one run earlier or
@@ -55,10 +78,10 @@ def test_parallel_records_what_serial_records(tmp_path, monkeypatch):
     _, parallel = tune(tmp_path / "parallel", executor, "p", monkeypatch)
     assert serial.best.knobs == parallel.best.knobs and serial.best.knobs.padding == "padding_free"
     # The same trials, decisions and figures: each trial's runs were on one slot, its seeds the serial ones.
-    assert facts(parallel.records) == facts(serial.records)
+    same_search(parallel.records, serial.records)
     same_figures(parallel.records, serial.records)
     on_disk = RunFolder(tmp_path / "parallel", "p").read_experiments()
-    assert [r["trial"] for r in on_disk] == list(range(len(serial.records)))
+    assert [r["trial"] for r in on_disk] == list(range(len(parallel.records)))
     # Every trial ran on one slot (its placement), and the slots shared the work.
     trials = tmp_path / "parallel" / "p" / "trials"
     for record in parallel.records[1:]:
@@ -78,14 +101,16 @@ def test_a_gain_tried_on_a_slower_card_is_judged_on_that_card_alone(tmp_path, mo
     _, serial = tune(tmp_path / "serial", Table(start), "s", monkeypatch)
     executor = TableSlots(start, 2, card_speeds=(1.0, 0.7), sleeps_s=(0.3, 0.0))
     _, parallel = tune(tmp_path / "parallel", executor, "p", monkeypatch)
-    assert facts(parallel.records) == facts(serial.records)
+    same_search(parallel.records, serial.records)
     assert parallel.best.knobs == serial.best.knobs and parallel.best.knobs.per_device_train_batch_size == 2
     slow = [r for r in parallel.records[1:] if r["placement"]["gpu"] == "1"]
     assert any(r["decision"] == "keep" for r in slow), [(r["change"], r["reason"]) for r in slow]
     # Its figures are the slow card's own: the kept ratio holds, the speed is 0.7 of the fast card's.
     kept = next(r for r in slow if r["decision"] == "keep")
     twin = next(r for r in serial.records if r["trial"] == kept["trial"])
-    assert kept["ratio"] == pytest.approx(twin["ratio"]) and kept["samples_per_s"] == pytest.approx(0.7 * twin["samples_per_s"])
+    # (within the step noise: a first-run keep compares with that card's own incumbent run)
+    assert kept["ratio"] == pytest.approx(twin["ratio"], rel=0.03)
+    assert kept["samples_per_s"] == pytest.approx(0.7 * twin["samples_per_s"], rel=0.03)
     # The report says so when the best config's speed and the baseline's come from two cards.
     from autotune.output.report import _other_card
 
@@ -96,7 +121,9 @@ def test_a_gain_tried_on_a_slower_card_is_judged_on_that_card_alone(tmp_path, mo
 
 def test_a_lost_slot_is_a_crash_and_the_tune_goes_on(tmp_path, monkeypatch):
     start = tiny_job().start.to_dict()
-    executor = TableSlots(start, 2)
+    # The first card takes 0.3 s a run: the second is free first, whatever this machine's load, and
+    # is given a trial even where every trial is decided on one run.
+    executor = TableSlots(start, 2, sleeps_s=(0.3, 0.0))
     doomed = executor.slots()[1]
     real = doomed.run
 

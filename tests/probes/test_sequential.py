@@ -17,6 +17,14 @@ def test_the_pooled_spread_is_the_within_group_spread_of_log_throughput():
     assert pooled([[3.0]]).df == 0
 
 
+def test_t_quantiles_are_exact_at_the_few_degrees_of_freedom_a_first_run_decides_on():
+    # Where a single run may keep a change, the spread rests on two or three df: the table's values.
+    assert t_quantile(0.975, 2) == pytest.approx(4.303, abs=0.001)
+    assert t_quantile(0.995, 1) == pytest.approx(63.657, abs=0.01)
+    assert t_quantile(0.999, 3) == pytest.approx(10.215, abs=0.005)
+    assert t_quantile(0.9995, 12) == pytest.approx(4.318, abs=0.005)
+
+
 def test_t_quantiles_match_the_table_where_the_rule_uses_them():
     assert t_quantile(0.975, 10) == pytest.approx(2.228, abs=0.01)
     assert t_quantile(0.99, 5) == pytest.approx(3.365, abs=0.05)

@@ -17,8 +17,9 @@ SMOKE_DEFAULTS = {"model": DEMO_PRESET, "dataset": "synthetic", "max_len": "512"
 VLM_SMOKE_TIME_BUDGET_S = 285
 
 
-def hf_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
-    """A causal LM or a VLM trained by the built-in runner; `smoke` fills in the embedded demo job."""
+def hf_job(run: str, pairs: dict[str, str], smoke: bool, place: object = None) -> Job:
+    """A causal LM or a VLM trained by the built-in runner; `smoke` fills in the embedded demo job
+    (`place`: unused, nothing of this kind runs before the tune takes the run's lock)."""
     if smoke:
         pairs = {**SMOKE_DEFAULTS, **pairs}
         if "time" not in pairs and is_vision_preset(pairs["model"]):

@@ -123,7 +123,7 @@ def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dic
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
-    from ...probes import flops, memory, nvml
+    from ...probes import memory, nvml
     from ...engine.data import read_rows
     from .models import build_model, load_config
     from ...engine.train import Engine, accepted, measurement_of, run_steps

@@ -22,8 +22,9 @@ MLP_KNOBS = ("per_device_train_batch_size", "precision", "torch_compile", "datal
              "dataloader_pin_memory", "optim")
 
 
-def mlp_job(run: str, pairs: dict[str, str], smoke: bool) -> Job:
-    """The framework-free MLP: its own seeded rows and weights; the knobs of any PyTorch loop."""
+def mlp_job(run: str, pairs: dict[str, str], smoke: bool, place: object = None) -> Job:
+    """The framework-free MLP: its own seeded rows and weights; the knobs of any PyTorch loop
+    (`place`: unused, nothing of this kind runs before the tune takes the run's lock)."""
     for key, why in (("method", "LoRA adapts a pretrained transformer; the MLP trains all its weights"),
                      ("weights", "the MLP starts from seeded random weights"),
                      ("realize", "its best config is a plain loop's settings, not a `trl sft` file")):

@@ -20,34 +20,25 @@ from typing import Any
 
 from ...util.errors import JobError
 from ...config.inputs import parse_json, parse_yaml, read_bytes, read_text
+from ...config.knobs import TABLE
 
 MAX_SCRIPT_BYTES = 16 * 2**20
 
 # alias (lower case, '-' read as '_') -> role. Roles map to knobs in `script/apply.py`.
 ALIASES: dict[str, str] = {
-    **dict.fromkeys(("per_device_train_batch_size", "batch_size", "micro_batch_size", "train_batch_size",
-                     "train_micro_batch_size_per_gpu", "micro_batch", "per_device_batch_size"), "micro_batch"),
+    # Each knob's own names and role come from its table entry (config/knobs/table.py `script_names`).
+    **{name: knob.script_role or knob.name for knob in TABLE for name in knob.script_names},
+    # What is held beside the knobs, read but never tried.
     **dict.fromkeys(("gradient_accumulation_steps", "grad_accum", "accumulation_steps", "gradient_accumulation",
-                     "grad_accumulation_steps", "accum_steps"), "accumulation"),
-    **dict.fromkeys(("gradient_checkpointing", "activation_checkpointing", "grad_checkpointing",
-                     "checkpointing"), "gradient_checkpointing"),
+                     "grad_accumulation_steps", "accum_steps", "accumulate_grad_batches"), "accumulation"),
     "bf16": "bf16", "fp16": "fp16", "tf32": "tf32",
-    **dict.fromkeys(("precision", "mixed_precision", "dtype", "torch_dtype"), "precision"),
-    **dict.fromkeys(("torch_compile", "compile", "use_compile"), "torch_compile"),
-    **dict.fromkeys(("dataloader_num_workers", "num_workers", "workers"), "dataloader_num_workers"),
-    **dict.fromkeys(("dataloader_pin_memory", "pin_memory"), "dataloader_pin_memory"),
-    **dict.fromkeys(("attn_implementation", "attention_implementation", "attention"), "attn_implementation"),
     "padding_free": "padding_free",
     # Packing concatenates rows into new ones: it trains something else, so it is read, never tried.
     "packing": "packing",
     "pad_to_multiple_of": "pad_to_multiple_of",
-    "train_sampling_strategy": "group_by_length",
-    **dict.fromkeys(("padding", "pad_to"), "padding"),
     "pad_to_max_length": "pad_to_max_length",
     # Read, never tried: transformers refuses bf16/fp16 on a CPU unless it is set (workloads/script/adapter.py).
     "use_cpu": "use_cpu",
-    "group_by_length": "group_by_length",
-    **dict.fromkeys(("optim", "optimizer", "optimizer_name"), "optim"),
     **dict.fromkeys(("max_len", "max_length", "max_seq_length", "max_seq_len", "seq_len", "seq_length",
                      "block_size", "model_max_length", "sequence_length"), "max_len"),
 }

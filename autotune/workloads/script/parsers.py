@@ -185,3 +185,28 @@ def dataclass_fields(tree: ast.Module, classes: tuple[str, ...]) -> dict[str, tu
     for name in classes:
         add(name)
     return fields
+
+
+def needs_parse(tree: ast.Module) -> bool:
+    """Whether reading the source falls short of what the script's parser returns: dataclasses handed
+    to the parser by a name that is no class (`TrlParser(dataclass_types)`, built in a function), or an
+    argparse default for a setting autotune reads that is not a literal (`default=int(os.environ[...])`).
+    Such a script is run until its parser returns (parsed.py)."""
+    style = style_of(tree)
+    if style.kind == "dataclass":
+        known = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)} | set(_imports(tree))
+        return not style.classes or any(name not in known for name in style.classes)
+    if style.kind != "argparse":
+        return False
+    from .discover import _alias
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _name(node.func) == "add_argument":
+            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+            default = next((k.value for k in node.keywords if k.arg == "default"), None)
+            if flags and default is not None and _alias(flags[-1].lstrip("-")):
+                try:
+                    ast.literal_eval(default)
+                except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                    return True
+    return False

@@ -79,7 +79,7 @@ def _edit(setting: Setting, value: int | bool) -> tuple[dict[str, list], list[st
 
 
 def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Path, edits: dict, flags: list[str],
-         smoke: bool, folder: Path) -> dict[str, Any] | None:
+         smoke: bool, folder: Path, exclude: list[Path]) -> dict[str, Any] | None:
     """One short run of the script through the trial hooks, in a child process as a trial runs (forked
     from the server that has torch imported); its observations, or None if it did not get that far."""
     from ...executors.local import LocalExecutor
@@ -89,29 +89,47 @@ def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Pa
             "knobs": {"precision": "fp32"},
             "script": {"path": str(script.resolve()), "cwd": str(cwd),
                        "configs": [{"label": label, "path": str(path.resolve())} for path, label in configs],
-                       "edits": edits, "args": args, "expect": {}, "exclude": []},
-            "flags": flags, "measure_steps": 1, "warmup_max": 0, "workdir": str(folder)}
+                       "edits": edits, "args": args, "expect": {},
+                       "exclude": [str(path.resolve()) for path in exclude]},
+            "flags": flags, "measure_steps": 1, "warmup_max": 0, "workdir": str(folder.resolve())}
     result = LocalExecutor().run(spec, folder, PROBE_TIMEOUT_S)
     measurement = result.get("measurement") or result.get("measurement_rejected") or {}
     seen = measurement.get("observed")
     return {**seen, "padding_share": (measurement.get("data") or {}).get("padding_share")} if seen else None
 
 
-def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
-              smoke: bool) -> tuple[str, ...]:
-    """`name:knob:probed` for each candidate a probe run confirmed (none where discovery lacks nothing)."""
+def _found(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
+           parsed: dict[str, Any] | None = None) -> tuple[list[tuple[Path, str]], Discovery]:
     from .styles import discover
 
     configs = [(cwd / Path(label).expanduser(), label) for label in labels]
-    found = discover(script, configs, args, cwd, own)
-    configs += [(cwd / Path(label).expanduser(), label) for label in found.arg_configs]
+    found = discover(script, configs, args, cwd, own, parsed)
+    return configs + [(cwd / Path(label).expanduser(), label) for label in found.arg_configs], found
+
+
+def wanted(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
+           parsed: dict[str, Any] | None = None) -> bool:
+    """Whether any setting would be probed (read from the files alone; nothing runs); `parsed`: what the
+    script's parser returned in a run (parsed.py)."""
+    configs, found = _found(script, labels, args, cwd, own, parsed)
+    return bool(candidates(found, names.taken(script, configs, args)))
+
+
+def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
+              smoke: bool, work: Path, exclude: list[Path], parsed: dict[str, Any] | None = None) -> tuple[str, ...]:
+    """`name:knob:probed` for each candidate a probe run confirmed (none where discovery lacks nothing).
+    The runs go in folders under `work` (the run folder, whose lock the caller holds), each removed after;
+    `exclude`: what their copies of `cwd` leave out (the runs folder)."""
+    from .styles import discover
+
+    configs, found = _found(script, labels, args, cwd, own, parsed)
     out: list[str] = []
     done: set[str] = set()
     control: list[dict[str, Any] | None] = []   # the unchanged run, made once where a switch needs it
 
     def run(edits: dict, flags: list[str]) -> dict[str, Any] | None:
-        with tempfile.TemporaryDirectory(prefix="autotune-probe-") as folder:
-            return _run(script, configs, args, cwd, edits, flags, smoke, Path(folder))
+        with tempfile.TemporaryDirectory(prefix="probe-", dir=work) as folder:
+            return _run(script, configs, args, cwd, edits, flags, smoke, Path(folder), exclude)
 
     for role, name in candidates(found, names.taken(script, configs, args)):
         _, knob, seen_key = ROLES[role]
@@ -119,7 +137,7 @@ def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
             continue
         # The candidate read as that role, by the same route a user's script_knobs= would give it.
         as_knob = knob or "bf16"   # a switch is read as a bf16 flag until the runs say which precision it is
-        setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",)).get(names.TARGETS[as_knob])
+        setting = discover(script, configs, args, cwd, own + (f"{name}:{as_knob}",), parsed).get(names.TARGETS[as_knob])
         if setting is None or not isinstance(setting.value, int):
             continue
         if role in SWITCHES:

@@ -4,7 +4,6 @@ and each kind of unapplied edit named in the trial's reason."""
 from __future__ import annotations
 
 import shutil
-import types
 
 import pytest
 import torch

@@ -52,8 +52,9 @@ def test_image_blocks_are_what_the_idefics3_processor_writes_and_the_model_takes
     from transformers import Idefics3ImageProcessorPil, Idefics3Processor
 
     side = CONFIG.vision_config.image_size
-    make = lambda: Idefics3ImageProcessorPil(max_image_size={"longest_edge": side}, size={"longest_edge": 4 * side},
-                                            do_image_splitting=splitting)
+    def make():
+        return Idefics3ImageProcessorPil(max_image_size={"longest_edge": side}, size={"longest_edge": 4 * side},
+                                         do_image_splitting=splitting)
     vision = _vision(make())
     tokenizer = byte_tokenizer(family_tokens("idefics3"))
     # The reference: transformers' own processor from the same parts, at the model's image_seq_len.
