@@ -31,7 +31,7 @@ from ...config.messages import PARITY_STEPS
 from ...engine import common
 from ...util.errors import JobError
 from .losses import LossReader, patch_cross_entropy
-from .rows import Census, row_key
+from .rows import Census, row_key, watch_loaders
 
 
 _is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
@@ -250,7 +250,7 @@ def _install(meter: Meter) -> list[Any]:
     return [nn_module.register_module_forward_pre_hook(meter.before),
             nn_module.register_module_forward_hook(meter.after, with_kwargs=True, always_call=True),
             optimizer_hooks.register_optimizer_step_post_hook(meter.stepped),
-            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading))]
+            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading)), watch_loaders(meter.census)]
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
