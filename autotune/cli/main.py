@@ -111,7 +111,7 @@ def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:
 
         script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args), None,
                                           job.max_len, job.effective_batch, job.script.knobs,
-                                          job.script.parsed)
+                                          job.script.parsed, tuple(shlex.split(job.script.launcher)))
     outcome, config, _ = rewrite(Path(runs_dir), run, script)
     print(f"{run}: {len(outcome.records) - 1} trials; baseline {outcome.baseline['samples_per_s']:.3f} samples/s, "
           f"best x{outcome.speedup:.2f} (trial {outcome.best.trial}); report: {outcome.folder / 'report.md'}")

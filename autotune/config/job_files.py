@@ -248,7 +248,7 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
     if job.script is not None:
         args = redact_args(job.script.args) if shared else job.script.args
         out.update(script=job.script.path, script_configs=list(job.script.configs), script_args=args,
-                   script_knobs=list(job.script.knobs))
+                   script_knobs=list(job.script.knobs), script_launcher=job.script.launcher)
         out = {k: v for k, v in out.items() if v}
     else:
         out.update(model=job.model, dataset=job.dataset)

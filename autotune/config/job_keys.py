@@ -45,6 +45,8 @@ JOB_KEYS = {
     "mlp_depth": "with model=mlp: hidden layers, a whole number >= 1 (default 4)",
     "mlp_rows": "with model=mlp: distinct seeded random rows, a whole number >= 1 (default 8192)",
     "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
+    "script_launcher": "how you launch your script, in quotes: script_launcher=\"accelerate launch\" (its flags too, "
+                       "--mixed_precision no) or script_launcher=\"torchrun --nproc_per_node=1\"; one process per trial",
     "script_knobs": "your script's own names for knobs, NAME:KNOB comma-separated, for example "
                     "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps "
                     "(where autotune does not recognise them)",

@@ -139,7 +139,8 @@ def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, An
                       stop_reason=(state and state.stop_reason) or "not finished (reviewed while stopped)",
                       wall_s=round(state.elapsed_s, 1) if state else 0.0, folder=folder.path,
                       best_measurement=best_record["measurements"][-1] if best_record["measurements"] else None,
-                      device_runs=state.runs if state else sum(len(r["measurements"]) for r in records))
+                      device_runs=state.runs if state else sum(len(r["measurements"]) for r in records),
+                      device_s=sum(state.walls) if state else sum(r["wall_s"] or 0.0 for r in records))
     write_results_tsv(folder, records)
     config = write_best_config(folder, job, best.knobs, script)
     write_report(folder, job, outcome, config)

@@ -75,7 +75,7 @@ class Tuner:
 
             self.script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args),
                                                    self.cwd, job.max_len, job.effective_batch, job.script.knobs,
-                                                   job.script.parsed)
+                                                   job.script.parsed, tuple(shlex.split(job.script.launcher)))
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -138,6 +138,9 @@ class Tuner:
                                   f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
                                   wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
+        prior = self.memory.spread_prior()
+        if prior is not None:
+            record["spread_prior"] = prior  # keep_rule.groups: a few df of this device's past runs
         if results[0]["state"] == "oom" or len(complete) < 2:
             failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
             record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
@@ -246,7 +249,7 @@ class Tuner:
                           stop_reason=stop_reason, wall_s=state.elapsed_s, folder=self.folder.path,
                           best_measurement=best_record["measurements"][-1],
                           parallel=self.parallel.close() if self.parallel is not None else None,
-                          device_runs=state.runs)
+                          device_runs=state.runs, device_s=sum(state.walls))
         return outcome
 
     # -- ask / tell ---------------------------------------------------------------------------

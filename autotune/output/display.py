@@ -126,5 +126,6 @@ class Progress:
         self.console.print(table)
         baseline, best = outcome.baseline["samples_per_s"], outcome.best_speed
         self.console.print(f"baseline {baseline:.3f} samples/s -> best {best:.3f} samples/s "
-                           f"([bold]x{outcome.speedup:.2f}[/bold] by interleaved comparisons); "
+                           f"([bold]x{outcome.speedup:.2f}[/bold] by interleaved comparisons) in "
+                           f"{outcome.device_runs} device runs, {outcome.device_s:.0f}s; "
                            f"report: {folder}/report.md", highlight=False, soft_wrap=not self.interactive)

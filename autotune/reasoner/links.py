@@ -173,7 +173,7 @@ def undo_score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], fea
                         + [f"{c.id} says {c.change} {c.direction} (confidence {c.confidence:.2f}): its undo "
                            f"{'helps' if c.direction == 'hurts' else 'does not'}" for c in undone])
     optimistic = min(1.0, p + EXPLORATION * uncertainty)
-    cost = _cost(knob, optimistic)
+    cost = _cost(knob, optimistic, ratio)
     score = optimistic * math.log(max(ratio, 1.0001)) / cost - order * 1e-9
     return p, ratio, cost, score, tuple(c.id for c, _, _ in sides), why
 

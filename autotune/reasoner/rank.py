@@ -7,8 +7,8 @@ device, the incumbent's profile and knobs):
 - the expected ratio if it helps: the `helps` claims' ratios, pulled toward what was measured;
 - an exploration bonus: the claims' uncertainty lifts P(helps) toward what it might be (UCB), so a
   claim with little evidence gets tested rather than trusted or ignored forever;
-- a cost: the trial's expected time in runs of the incumbent (a screen run, three more when it
-  passes, compile time for torch.compile).
+- a cost: the trial's expected time in runs of the incumbent (reasoner/cost.py: a first run, then
+  half a run for a large expected gain, three more for a small one, compile time for torch.compile).
 score = P_ucb(helps) * log(expected ratio) / cost. With no claim at all, a change scores as an
 unknown (P 0.5, a modest ratio) and ties keep the catalog order: the largest typical effects first.
 Numeric knobs are climbed one neighbour at a time (micro-batch to the next divisor up or down).
@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from ..kb.claims import Claim, change_value
 # CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
 from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable
+from .cost import trial_cost
 from .combine import repaired, together
 
 
@@ -148,8 +149,8 @@ def _weight(claim: Claim) -> float:
     return (claim.alpha + claim.beta + len(claim.evidence)) * (1 + len(claim.condition))
 
 
-def _cost(knob: str, p_helps: float) -> float:
-    return 1 + 3 * p_helps + CATALOG[knob].measure_cost   # compile time, for the compile knobs
+def _cost(knob: str, p_helps: float, ratio: float = UNKNOWN_RATIO) -> float:
+    return trial_cost(knob, p_helps, ratio)  # reasoner/cost.py: runs to decide it, compile time
 
 
 def _combine(claims: list[Claim], against: list[Claim] = ()) -> tuple[float, float, float]:
@@ -202,7 +203,7 @@ def _scored(knob: str, value: Any, matched: list[Claim], features: dict[str, Any
     optimistic = min(1.0, p + EXPLORATION * uncertainty)
     # The cost takes the same P(helps) as the gain: with the plain P here and P + exploration above,
     # results that agree with a claim (P up, uncertainty down) made its change less attractive.
-    cost = _cost(knob, optimistic)
+    cost = _cost(knob, optimistic, ratio)
     # Ties (no claims anywhere) keep the catalog order through a vanishing tie-breaker.
     value_score = optimistic * math.log(max(ratio, 1.0001)) / cost - order * 1e-9
     return Hypothesis(knob, value, _why(matched, features, against), p_helps=p, expected_ratio=ratio, cost=cost,

@@ -51,7 +51,8 @@ class Kind:
 
 # First match wins; the HF model is the default.
 KINDS: tuple[Kind, ...] = (
-    Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs"),
+    Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs",
+                                                                        "script_launcher"),
          lambda job: job.script is not None, script_best, script_fields),
     Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best,
          frame_inputs),

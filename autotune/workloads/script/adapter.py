@@ -23,8 +23,11 @@ _PRECISION_STYLES = (
     {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32"},
     {"fp32": "no", "bf16": "bf16", "fp16": "fp16"},                                  # accelerate
     {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"},                      # torch dtype names
-    {"fp32": "32", "bf16": "bf16-mixed", "fp16": "16-mixed"},                        # Lightning
+    {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"},                   # Lightning
+    {"fp32": "32", "bf16": "bf16-mixed", "fp16": "16-mixed"},                        # Lightning's short names
 )
+# The styles whose libraries refuse fp16 autocast on a CPU (accelerate stops; Lightning runs bf16 instead).
+_GPU_ONLY_FP16 = (1, 3, 4)
 
 
 def _as_bool(value: Any) -> bool | None:
@@ -76,10 +79,12 @@ class ScriptAdapter:
     @classmethod
     def for_script(cls, script: Path, labels: tuple[str, ...] | list[str], args: list[str], cwd: Path | None = None,
                    max_len: int | None = None, effective_batch: int | None = None,
-                   names: tuple[str, ...] = (), parsed: tuple[str, ...] = ()) -> "ScriptAdapter":
+                   names: tuple[str, ...] = (), parsed: tuple[str, ...] = (),
+                   launcher: tuple[str, ...] = ()) -> "ScriptAdapter":
         """Discover the script's settings (configs as the user named them, relative to `cwd`), let its
         own arguments override its defaults, and build the adapter. `names`: the job's `script_knobs`;
-        `parsed`: its `script.parsed`, what the script's parser returned in a run (parsed.py)."""
+        `parsed`: its `script.parsed`, what the script's parser returned in a run (parsed.py);
+        `launcher`: the words of its `script_launcher`."""
         from .discover import apply_args
         from .parsed import read
         from .styles import discover
@@ -87,7 +92,7 @@ class ScriptAdapter:
         base = cwd or Path.cwd()
         configs = [(base / Path(label).expanduser(), label) for label in labels]
         parser, values = read(tuple(parsed))
-        found = discover(script, configs, args, base, tuple(names), values)
+        found = discover(script, configs, args, base, tuple(names), values, tuple(launcher))
         apply_args(found, args)
         adapter = cls.build(found, max_len, effective_batch, (script, configs + [
             (base / Path(label).expanduser(), label) for label in found.arg_configs], list(args)))
@@ -186,10 +191,10 @@ class ScriptAdapter:
 
     def _precision(self) -> str | None:
         text = self.discovery.get("precision")
-        if text is not None and isinstance(text.value, str):
+        if text is not None and isinstance(text.value, (str, int)) and not isinstance(text.value, bool):
             for style in _PRECISION_STYLES:
                 for name, word in style.items():
-                    if word == text.value.lower():
+                    if word == str(text.value).lower():
                         return name
         flags = {role: _as_bool(s.value) for role in ("bf16", "fp16", "tf32") if (s := self.discovery.get(role))}
         if not flags:
@@ -232,6 +237,10 @@ class ScriptAdapter:
             return f"the script's settings cannot say {knob}={value}"
         if knob == "precision" and not self._can_say(value):
             return f"the script has no setting that says precision {value}"
+        style = self._style()
+        if (knob == "precision" and value == "fp16" and device_kind == "cpu" and style is not None
+                and _PRECISION_STYLES.index(style) in _GPU_ONLY_FP16):
+            return "fp16 autocast needs a GPU in accelerate and Lightning (on a CPU one stops, the other runs bf16)"
         use_cpu = self.discovery.get("use_cpu")
         if (knob == "precision" and value in ("bf16", "fp16") and device_kind == "cpu" and use_cpu is not None
                 and _as_bool(use_cpu.value) is False):
@@ -275,11 +284,11 @@ class ScriptAdapter:
         """How the script's precision string names precisions, from its key and current value
         (`bf16` is both accelerate's and ours: the key `mixed_precision` says accelerate)."""
         text = self.discovery.get("precision")
-        if text is None or not isinstance(text.value, str):
+        if text is None or not isinstance(text.value, (str, int)) or isinstance(text.value, bool):
             return None
-        candidates = [s for s in _PRECISION_STYLES if text.value.lower() in s.values()]
-        key = text.path[-1].lower() if text.path else ""
-        preferred = {"mixed_precision": 1, "dtype": 2, "torch_dtype": 2}.get(key)
+        candidates = [s for s in _PRECISION_STYLES if str(text.value).lower() in s.values()]
+        key = _key(text).lower().rsplit(".", 1)[-1] if text.path else ""
+        preferred = {"mixed_precision": 1, "accelerate_mixed_precision": 1, "dtype": 2, "torch_dtype": 2}.get(key)
         if preferred is not None and _PRECISION_STYLES[preferred] in candidates:
             return _PRECISION_STYLES[preferred]
         return candidates[0] if candidates else None

@@ -44,8 +44,11 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
         args = shlex.split(pairs.get("script_args", ""))
     except ValueError as error:
         raise JobError(f"script_args: {error}; quote the arguments as one shell word") from None
-    from . import names, tree
+    from . import launch, names, tree
 
+    launcher = launch.parse(pairs.get("script_launcher", ""))
+
+    launcher = launch.parse(pairs.get("script_launcher", ""))
     own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
     max_len = whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None
     effective = whole("effective_batch", pairs["effective_batch"], 1) if "effective_batch" in pairs else None
@@ -54,7 +57,8 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
             raise JobError(f"{key}= with script=: the starting config is what your script's files say; "
                            "change it there")
     fields = common_fields(run, pairs, smoke)
-    script_keys = dict(path=str(script.resolve()), args=" ".join(shlex.quote(a) for a in args))
+    script_keys = dict(path=str(script.resolve()), args=" ".join(shlex.quote(a) for a in args),
+                       launcher=" ".join(shlex.quote(w) for w in launcher))
     # Every key checked (the Job validates its values on construction) before anything of the script runs.
     Job(**fields, model=f"script:{script.name}", dataset="(the script's)", max_len=max_len or 8,
         effective_batch=effective or 1, method="sft", weights="random",
@@ -65,7 +69,7 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
     if pairs.get("host", "local") == "local" and place is not None and place.locked is not None:
         parsed, probed = _probed(place, script, labels, args, own_names, smoke)
         own_names += probed
-    adapter = ScriptAdapter.for_script(script, labels, args, None, max_len, effective, own_names, parsed)
+    adapter = ScriptAdapter.for_script(script, labels, args, None, max_len, effective, own_names, parsed, launcher)
     if adapter.max_len is None:
         raise JobError(adapter.not_understood("no sequence length found in the script or its configs", ("max_len",))
                        + " (or give max_len= to record it)")
