@@ -116,7 +116,8 @@ class Tuner:
         self.state.peaks = result["frame"]["device"]["peaks"]
         self.memory.start(result["frame"])
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
-        return result["frame"]
+        frame: dict[str, Any] = result["frame"]
+        return frame
 
     def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
         past = self.memory.replay(self.job.start, self.job.start)
@@ -225,7 +226,7 @@ class Tuner:
 
             self.parallel = ParallelTrials(self)
         baseline_speed = state.records[0]["samples_per_s"]
-        stop_reason, skipped = "every applicable change was tried", []
+        stop_reason, skipped = "every applicable change was tried", list[tuple[str, str]]()
         while True:
             hypotheses, skipped, spent, stop = self.ask()
             stop_reason = spent or stop_reason
