@@ -24,8 +24,8 @@ def records(cwd: Path, run: str) -> list[dict]:
     return [json.loads(line) for line in (cwd / "runs" / run / "experiments.jsonl").read_text().splitlines()]
 
 
-# The fake clock's table: padding to the longest row pays, every other change is 10% slower.
-GAINS = {("padding", "longest"): 2.0}
+# The fake clock's table: padding to the longest row and micro-batch 8 pay, every other change is 10% slower.
+GAINS = {("padding", "longest"): 2.0, ("per_device_train_batch_size", 8): 1.5}
 
 
 @pytest.fixture
@@ -43,38 +43,49 @@ def clocked(monkeypatch):
     return clock
 
 
-@pytest.mark.parametrize("run, words, read, command", [
+@pytest.mark.parametrize("run, words, change, read, command", [
     # As the README prints it: the launcher's words in script_launcher=, precision its --mixed_precision.
-    ("accel", ["script=examples/byo_script/accel_train.py", "script_launcher=accelerate launch"],
+    ("accel", ["script=examples/byo_script/accel_train.py", "script_launcher=accelerate launch"], "padding=longest",
      "launcher:--mixed_precision (default) = 'no' -> precision", "accelerate launch "),
     ("cli", ["script=examples/byo_script/lightning_cli.py",
-             "script_args=fit --config examples/byo_script/lightning_cli.yaml"],
+             "script_args=fit --config examples/byo_script/lightning_cli.yaml"], "padding=longest",
      "examples/byo_script/lightning_cli.yaml:data.pad_to_max_length = True -> pad_to_max_length", "python "),
-], ids=["accelerate", "lightning_cli"])
+    # The accumulation is a keyword of the script's own Trainer(...) call: edited in the trial's copy.
+    ("pl", ["script=examples/byo_script/lightning_train.py"], "per_device_train_batch_size=8",
+     "script:Trainer.accumulate_grad_batches = 8 -> accumulation", "python "),
+], ids=["accelerate", "lightning_cli", "lightning_trainer"])
 def test_a_framework_example_is_tuned_as_it_is_launched_without_touching_its_files(tmp_path, monkeypatch, capsys,
-                                                                                   clocked, run, words, read, command):
+                                                                                   clocked, run, words, change, read,
+                                                                                   command):
     import autotune.cli.main as cli
 
     shutil.copytree(EXAMPLES, tmp_path / "examples" / "byo_script")
     before = hashes(tmp_path / "examples")
     monkeypatch.chdir(tmp_path)
-    code = cli.main(["tune", run, *words, "only=padding", "smoke", "max_trials=1", "time=30m"])
+    code = cli.main(["tune", run, *words, f"only={change.split('=')[0]}", "smoke", "max_trials=1", "time=30m"])
     out = capsys.readouterr()
     assert code == 0, out.err[-3000:]
     assert hashes(tmp_path / "examples") == before          # not one byte of the user's files changed
     assert read in out.out
     trials = records(tmp_path, run)
-    assert [(t["change"], t["state"]) for t in trials] == [(None, "complete"), ("padding=longest", "complete")], \
+    assert [(t["change"], t["state"]) for t in trials] == [(None, "complete"), (change, "complete")], \
         [(t["change"], t["reason"]) for t in trials]
     kept = trials[1]
     # The decision is the clock's; what ran is real: the edit seen, the per-row losses compared, the
     # worst-case batch run and fitting, the baseline's time split into its phases.
     assert kept["decision"] == "keep" and kept["parity"]["ok"] and "worst-case batch fits" in kept["reason"]
-    assert all(m["observed"]["widths"][0] < 256 for m in kept["measurements"])
-    assert kept["ceiling"]["fits"] and kept["ceiling"]["shape"] == "1 x 256 tokens"
+    best = json.loads((tmp_path / "runs" / run / "best_config.json").read_text())
+    seen = kept["measurements"][0]["observed"]
+    if change == "padding=longest":
+        assert seen["widths"][0] < 256
+    else:   # micro-batch 8, no accumulation, where the script's own Trainer(...) call says it
+        assert (seen["rows_per_micro_batch"], seen["micro_batches_per_step"]) == (8, 1)
+        assert best["config_edits"] == {str(tmp_path / "examples/byo_script/lightning_train.py"): {
+            "Trainer(accumulate_grad_batches)": 1}}
+    micro = kept["knobs"]["per_device_train_batch_size"]
+    assert kept["ceiling"]["fits"] and kept["ceiling"]["shape"] == f"{micro} x 256 tokens"
     baseline = trials[0]["measurements"][0]["breakdown"]
     assert baseline["steps"] == 1 and baseline["forward_share"] > 0 and baseline["backward_share"] > 0
-    best = json.loads((tmp_path / "runs" / run / "best_config.json").read_text())
     assert best["command"].startswith(command), best["command"]
     report = (tmp_path / "runs" / run / "report.md").read_text()
     assert read in report and "where the baseline's time goes: data wait" in report
