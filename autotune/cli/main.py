@@ -157,6 +157,22 @@ def _what(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `autotune` command (`argv` None: this process is the command, and ends after it) or a caller's
+    words in Python (a list: the caller's process goes on, its helpers with it)."""
+    from ..util import procs
+
+    if argv is not None:
+        return _main(argv)
+    # The command's own process: orphans of a trial that died reparent here to be ended, and the fork
+    # server and resource tracker stop before it exits, so `autotune tune ... | tee log` ends.
+    procs.become_subreaper()
+    try:
+        return _main(None)
+    finally:
+        procs.stop_helpers()
+
+
+def _main(argv: list[str] | None) -> int:
     # SIGTERM and SIGHUP end a run the way Ctrl-C does: the running trial is killed, records stay.
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGHUP):

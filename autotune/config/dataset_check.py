@@ -89,8 +89,8 @@ def _rows(path: Path, label: str) -> Iterator[Any]:
     elif suffix == ".csv":
         reader = csv.reader(io.StringIO(text))
         header = next(reader, None)
-        for values in reader:
-            yield dict(zip(header or (), values))
+        for row in reader:
+            yield dict(zip(header or (), row))
     else:  # .txt: one row per line that holds text
         yield from ({"text": line} for line in text.splitlines() if line.strip())
 

@@ -183,7 +183,7 @@ def _knobs(data: Mapping[str, Any]) -> dict[str, Any]:
         knobs["torch_compile"] = True
     if data.get("dataloader_prefetch_factor"):
         knobs["dataloader_prefetch_factor"] = data["dataloader_prefetch_factor"]
-    init = data.get("model_init_kwargs") if isinstance(data.get("model_init_kwargs"), dict) else {}
+    init: dict[str, Any] = data["model_init_kwargs"] if isinstance(data.get("model_init_kwargs"), dict) else {}
     dtype = init.get("dtype") or data.get("dtype")
     if dtype in ("float32", "bfloat16") and not data.get("load_in_4bit"):
         knobs["dtype"] = dtype
@@ -282,6 +282,6 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
 def job_yaml(job: Any, shared: bool = False) -> str:
     import yaml
 
-    return (f"# autotune run {job.run}: the job as it ran; rerun it with\n"
+    return str(f"# autotune run {job.run}: the job as it ran; rerun it with\n"
             f"#   autotune tune NEW_RUN config=runs/{job.run}/job.yaml [key=value ...]\n"
             + yaml.safe_dump(job_mapping(job, shared), sort_keys=False, default_flow_style=False))

@@ -167,7 +167,8 @@ def memory_bytes(shape: dict[str, Any], max_len: int, method: str, knobs: Knobs)
     if knobs.activation_offloading:
         kept_layers = 1
     logits = max_len * shape["vocab"] * 8 if shape.get("vision") and not knobs.chunked_cross_entropy else 0
-    return state + knobs.per_device_train_batch_size * (kept_layers * per_layer + logits)
+    peak: float = state + knobs.per_device_train_batch_size * (kept_layers * per_layer + logits)
+    return peak
 
 
 def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[str, Any], list[str], str]:
@@ -276,10 +277,10 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
             if estimate_headroom(shape, max_len, gpu, method, current) > 0:
                 break
         if changes and estimate_headroom(shape, max_len, gpu, method, current) > 0:
-            (knob, value), *rest = changes
+            (knob, value), *also = changes
             fitting = [Hypothesis(knob, value, "the start config does not fit (estimated); together these make it "
                                   f"fit with headroom {estimate_headroom(shape, max_len, gpu, method, current):.2f}",
-                                  p_helps=1.0, expected_ratio=1.0, also=tuple(rest), source="fit")]
+                                  p_helps=1.0, expected_ratio=1.0, also=tuple(also), source="fit")]
     rest = sorted((h for h in ready if h not in fitting), key=lambda h: (-round(after[id(h)], 3), -h.score))
     return fitting + rest
 
