@@ -215,3 +215,17 @@ def test_trls_installed_sft_script_is_tuned_from_its_own_defaults(tmp_path, monk
     report = (tmp_path / "runs" / "sft" / "report.md").read_text()
     assert "sft.yaml:activation_checkpointing (default) = True -> gradient_checkpointing" in report
     assert hashlib.sha256(sft.read_bytes()).hexdigest() == before     # the installed script is never written
+
+
+def test_a_grouping_switch_no_name_covers_is_confirmed_by_the_rows_it_reorders(tmp_path, monkeypatch):
+    # `sort_by_len` is in no name table; it sorts each step's rows, so consecutive micro-batches jump back
+    # at every step's start: the probe runs see the same rows in another order, padded less.
+    from autotune import job_from_words
+
+    (tmp_path / "group.py").write_text(GROUPED.replace('cfg["group_by_length"]', 'cfg["sort_by_len"]'))
+    (tmp_path / "group.yaml").write_text("batch_size: 4\ngrad_accum: 4\nmax_len: 128\npadding: longest\n"
+                                         "sort_by_len: false\ndrop_short: false\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    job, _ = job_from_words("probed", ["script=group.py", "script_configs=group.yaml", "smoke"])
+    assert job.script.knobs == ("sort_by_len:group_by_length:probed",)
