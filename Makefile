@@ -25,6 +25,7 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check autotune tests bench
+	$(BIN)/mypy
 
 # Which PyTorch build this machine wants (scripts/torch_index.py): rewritten only when the answer changes,
 # so an unchanged machine leaves the stamp newer than it.

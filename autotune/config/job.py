@@ -44,6 +44,7 @@ class ScriptJob:
     # What the script's parser returned in a run, where its source falls short (workloads/script/parsed.py):
     # "@Parser.method", then name=<JSON value> for each field discovery reads.
     parsed: tuple[str, ...] = ()
+    launcher: str = ""     # `accelerate launch ...` / `torchrun ...` (shell-quoted); empty: `python script.py`
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class Tracking:
 # the one run folders have always held, so old ones still resume.
 _FLAT = {"ssh": {"key": "ssh_key", "trust_new": "ssh_trust_new", "python": "ssh_python", "config": "ssh_config"},
          "script": {"path": "script", "configs": "script_configs", "args": "script_args", "knobs": "script_knobs",
-                    "parsed": "script_parsed"},
+                    "parsed": "script_parsed", "launcher": "script_launcher"},
          "mlp": {"width": "mlp_width", "depth": "mlp_depth", "rows": "mlp_rows"},
          "llm": {"model": "llm", "timeout_s": "llm_timeout_s"},
          "tracking": {"mlflow": "mlflow", "experiment": "mlflow_experiment"}}

@@ -45,6 +45,8 @@ JOB_KEYS = {
     "mlp_depth": "with model=mlp: hidden layers, a whole number >= 1 (default 4)",
     "mlp_rows": "with model=mlp: distinct seeded random rows, a whole number >= 1 (default 8192)",
     "script_args": "arguments your script always needs, in quotes, for example script_args='--config train.yaml'",
+    "script_launcher": "how you launch your script, in quotes: script_launcher=\"accelerate launch\" (its flags too, "
+                       "--mixed_precision no) or script_launcher=\"torchrun --nproc_per_node=1\"; one process per trial",
     "script_knobs": "your script's own names for knobs, NAME:KNOB comma-separated, for example "
                     "script_knobs=micro_bsz:per_device_train_batch_size,accum:gradient_accumulation_steps "
                     "(where autotune does not recognise them)",
@@ -69,3 +71,21 @@ JOB_KEYS = {
             "model_name_or_path, dataset, max_length, batch sizes (their product is effective_batch) and the "
             "knobs it sets; config= and the words override it",
 }
+
+# The range of each numeric key (minimum, maximum, unit), checked when the words are read, before any file
+# or folder is made: beyond these a job would exhaust the machine (10**17 tokens a row, 10**17 loader
+# workers) or never end, instead of being refused. Each bound is far beyond any real job. Shown on the
+# reference page (docs/reference/job-keys.md) and in the refusal.
+RANGES: dict[str, tuple[float, float, str]] = {
+    "max_len": (8, 2**20, "tokens"), "effective_batch": (1, 2**16, "rows"), "max_trials": (1, 10_000, "trials"),
+    "time": (1, 366 * 86400, "seconds"), "seed": (0, 2**32 - 1, ""), "mem_limit": (2**20, 2**50, "bytes"),
+    "mem_margin": (0, 0.9, ""), "llm_timeout": (1, 3600, "seconds"), "mlp_width": (1, 2**16, "units"),
+    "min_gain": (0, 0.5, ""), "mlp_depth": (1, 1024, "layers"), "mlp_rows": (1, 10**7, "rows"),
+    "gradient_accumulation_steps": (1, 2**16, "steps"),
+}
+
+
+def range_text(key: str) -> str:
+    """`8 to 1,048,576 tokens`: a key's range as the reference page and the refusals say it."""
+    low, high, unit = RANGES[key]
+    return f"{low:,} to {high:,}" + (f" {unit}" if unit else "")

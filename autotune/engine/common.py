@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from ..util import procs
 from ..util.errors import RecordError
 from ..util.io import write_json_atomic
 from ..config.messages import TrialSpec, rejected
@@ -80,6 +81,9 @@ def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, 
     Own session (so a timeout can kill its loader workers too), own environment, own log files."""
     os.setsid()
     os.environ.update(env)
+    import tempfile
+
+    tempfile.tempdir = None   # the fork server's, if it asked: this trial's TMPDIR from now on
     for fd, path in ((1, stdout_path), (2, stderr_path)):
         handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(handle, fd)
@@ -127,7 +131,13 @@ def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[
 
     The spec is read as a TrialSpec (`typed`; the hand-over step's is its runner's own) and the result
     written as a RunResult: either one malformed ends the run as `invalid` with the reason. `body` gets
-    a copy of the spec, and one it changed ends the run as a crash: a runner never writes into its inputs."""
+    a copy of the spec, and one it changed ends the run as a crash: a runner never writes into its inputs.
+
+    A trial's process (tagged by its executor, leading its own session) is the reaper of its orphans, and
+    ends every process it started once its result is written (util/procs.py)."""
+    trial = procs.TAG_ENV in os.environ and os.getsid(0) == os.getpid()
+    if trial:
+        procs.become_subreaper()
     die_with_owner()
     started = time.time()
     try:
@@ -148,6 +158,8 @@ def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[
         result = {**rejected(result, f"the runner's result is {problem}"), "schema_version": 1,
                   "wall_s": result["wall_s"]}
     write_json_atomic(result_path, result)
+    if trial:
+        procs.end_descendants()
     measurement = result.get("measurement") or {}
     summary = f"samples/s={measurement['samples_per_s']:.3f}" if "samples_per_s" in measurement else result["reason"]
     print(f"autotune runner: {result['state']} {summary}", flush=True)

@@ -7,8 +7,10 @@ starts each trial as `python -m <its runner module>` instead (another interprete
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,12 +21,15 @@ from typing import Any
 from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
+from ..util import procs
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
            "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
            # Text trials train inside trl.SFTTrainer: trl, datasets and the trainer's modules load once here.
            "trl", "datasets", "autotune.workloads.hf.sft", "autotune.engine.instruments"]
 _fork_server = None
+_tags = itertools.count(1)
+_live: set[int] = set()   # trials running now, in any executor of this process: never ended as orphans
 
 
 def _context():
@@ -32,7 +37,29 @@ def _context():
     if _fork_server is None:
         _fork_server = multiprocessing.get_context("forkserver")
         _fork_server.set_forkserver_preload(PRELOAD)
+        _start_fork_server()
     return _fork_server
+
+
+def _start_fork_server() -> None:
+    """The fork server, started with its torch caches in a folder of its own, removed when this process
+    exits: importing trl makes torch's inductor cache folder, which would be left in the user's $TMPDIR."""
+    import atexit
+    import tempfile
+    from multiprocessing import forkserver
+
+    own = tempfile.mkdtemp(prefix="autotune-forkserver-")
+    atexit.register(shutil.rmtree, own, True)
+    saved = {name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    os.environ.update({name: saved[name] or os.path.join(own, name.lower()) for name in saved})
+    try:
+        forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _tail(path: Path) -> str:
@@ -49,15 +76,22 @@ class LocalExecutor:
         self.extra_env = extra_env or {}
         self.fork = fork and python == sys.executable
 
-    def _env(self, spec: dict[str, Any]) -> dict[str, str]:
+    def _env(self, spec: dict[str, Any], trial_dir: Path, tag: str) -> dict[str, str]:
+        # Temporary files (tempfile, multiprocessing's pymp-*, torch.compile's caches) go in the trial's
+        # folder, removed when it ends; the tag finds every process it started (util/procs.py).
+        tmp = trial_dir / "tmp"
         env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
-               OWNER_ENV: str(os.getpid())}  # the trial ends itself if this process dies first
+               OWNER_ENV: str(os.getpid()),  # the trial ends itself if this process dies first
+               procs.TAG_ENV: tag, "TMPDIR": str(tmp)}
+        for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+            if name not in os.environ:   # a cache the user placed on purpose stays theirs
+                env[name] = str(tmp / folder)
         if spec["job"].get("smoke"):
             env["CUDA_VISIBLE_DEVICES"] = ""  # smoke is a CPU dry run, whatever the machine has
         return env
 
-    def _start(self, spec: dict[str, Any], trial_dir: Path) -> Any:
-        runner, env = spec.get("runner", "hf"), self._env(spec)
+    def _start(self, spec: dict[str, Any], trial_dir: Path, tag: str) -> Any:
+        runner, env = spec.get("runner", "hf"), self._env(spec, trial_dir.resolve(), tag)
         paths = [str(trial_dir / name) for name in ("spec.json", "result.json", "stdout.txt", "stderr.txt")]
         if self.fork:
             child = _context().Process(target=run_forked, args=(runner, *paths, env), daemon=False)
@@ -68,8 +102,8 @@ class LocalExecutor:
                                     stderr=err, env={**os.environ, **env}, start_new_session=True)
 
     @staticmethod
-    def _wait(child: Any, timeout_s: float) -> int | None:
-        """The exit code, or None after killing the child's whole session at the timeout."""
+    def _wait(child: Any, timeout_s: float, tag: str, since: int) -> int | None:
+        """The exit code, or None after killing the child's whole session (and all it started) at the timeout."""
         if isinstance(child, subprocess.Popen):
             try:
                 return child.wait(timeout=timeout_s)
@@ -79,6 +113,8 @@ class LocalExecutor:
             child.join(timeout_s)
             if child.exitcode is not None:
                 return child.exitcode
+        # Before the trial is waited for: its descendants are found from it, its pid still names its group.
+        procs.end_trial(tag, child.pid, since, procs.helpers() | _live)
         try:
             os.killpg(child.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -98,14 +134,22 @@ class LocalExecutor:
         if refused is not None:
             return refused
         started = time.monotonic()
-        child = self._start(spec, trial_dir)
+        tag, since = f"{os.getpid()}.{next(_tags)}", procs.now_ticks()
+        (trial_dir / "tmp").mkdir(mode=0o700, exist_ok=True)
+        child = self._start(spec, trial_dir, tag)
+        _live.add(child.pid)
         try:
-            code = self._wait(child, timeout_s)
+            code = self._wait(child, timeout_s, tag, since)
         except BaseException:
             # Ctrl-C or SIGTERM in the tuner: the trial runs in its own session and would not hear it,
             # so it is killed here rather than left holding the device.
-            self._wait(child, 0)
+            self._wait(child, 0, tag, since)
             raise
+        finally:
+            _live.discard(child.pid)
+            # Whatever the trial left running (a daemon its script started) ends with it, and its temporary files go.
+            procs.end_trial(tag, None, since, procs.helpers() | _live)
+            shutil.rmtree(trial_dir / "tmp", ignore_errors=True)
         wall = round(time.monotonic() - started, 3)
         if code is None:
             return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",

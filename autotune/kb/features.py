@@ -96,7 +96,7 @@ def profile_features(measurement: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def knob_features(knobs: Knobs) -> dict[str, Any]:
-    values = knobs.to_dict()
+    values: dict[str, Any] = knobs.to_dict()
     values["micro_batch"] = values.pop("per_device_train_batch_size")
     return values
 
@@ -129,6 +129,8 @@ def job_fingerprint(job: Any) -> str:
         files = [Path(job.script.path), *(Path(label).expanduser() for label in job.script.configs)]
         identity["script"] = [hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else str(f) for f in files]
         identity["script_args"] = job.script.args
+        if job.script.launcher:   # another launcher is another process setup: not the same job's trials
+            identity["script_launcher"] = job.script.launcher
     return fingerprint(identity)
 
 

@@ -50,9 +50,15 @@ REUSE_LOOKS = 2
 REUSE_MAX = 2.0
 
 
-def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]]) -> list[list[float]]:
-    """Samples/s of each group of runs of one config: the records' own runs and this trial's."""
-    out = [[m["samples_per_s"] for m in r.get("measurements") or ()] for r in records]
+def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]], skip: int | None = None) -> list[list[float]]:
+    """Samples/s of each group of runs of one config: the records' own runs (but trial `skip`'s) and
+    this trial's, and the spread of past runs on this device the baseline's record brought
+    (`spread_prior`, a few df)."""
+    out = [[m["samples_per_s"] for m in r.get("measurements") or ()] for r in records
+           if skip is None or r.get("trial") != skip]
+    prior = (records[0].get("spread_prior") if records else None) or {}
+    if prior:
+        out.append(sequential.prior_group(prior["sd"], prior["df"]))
     return [g for g in out + [[m["samples_per_s"] for m in c] for c in current] if len(g) > 1]
 
 
@@ -89,7 +95,7 @@ def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], cand
     spread = sequential.pooled(groups(records, incumbent, candidate))
     floor = margin(records)
     points = looks(most)
-    share = shares(records, most)
+    share: float = shares(records, most)
     if last and len(candidate) < most:
         share = share / (len(points) - sum(n < len(candidate) for n in points))
     v = sequential.decide([m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate],
@@ -147,8 +153,7 @@ def reuse_look(records: list[dict[str, Any]], reference: list[list[float]], incu
     be `min_gain` faster, beyond the noise (one-sided SCREEN_ALPHA); else "no difference"."""
     incumbent = [stats.throughput(run, rows_per_step) for run in reference]
     mine = [stats.throughput(m["step_times_s"], rows_per_step) for m in candidate]
-    own = [r for r in records if r.get("trial") != incumbent_trial] if incumbent_trial is not None else records
-    spread = sequential.pooled(groups(own) + [incumbent, mine])
+    spread = sequential.pooled(groups(records, skip=incumbent_trial) + [incumbent, mine])
     d = sum(math.log(v) for v in mine) / len(mine) - sum(math.log(v) for v in incumbent) / len(incumbent)
     se = spread.sd * math.sqrt(1 / len(mine) + 1 / len(incumbent))
     t = sequential.t_quantile(1 - SCREEN_ALPHA, spread.df) * se

@@ -24,6 +24,8 @@ from ..reasoner.combine import together
 
 # A run has reached its best when its speedup is within this share of the final one.
 BEST_SHARE = 0.95
+# Degrees of freedom a spread learnt on this device before may add to a tune's own (loop/keep_rule.py).
+PRIOR_DF = 4
 
 
 def trials_to_best(records: list[dict[str, Any]], share: float = BEST_SHARE) -> int:
@@ -39,7 +41,8 @@ def trials_to_best(records: list[dict[str, Any]], share: float = BEST_SHARE) -> 
         reached.append((record["trial"], product))
     if final <= 1.0:
         return 0
-    return next(trial for trial, value in reached if value >= share * final)
+    first: int = next(trial for trial, value in reached if value >= share * final)
+    return first
 
 
 def _slim(event: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +92,7 @@ class Memory:
             return None
         return self.experience.replay(self.identity, incumbent, knobs)
 
-    def warm_start(self, incumbent: Knobs, measured: set[tuple]) -> Hypothesis | None:
+    def warm_start(self, incumbent: Knobs, measured: set[tuple[Any, ...]]) -> Hypothesis | None:
         """The best config of the nearest similar past run, as one combined change, if it differs."""
         # The same job on the same device is replayed trial by trial, not warm-started (unless `fresh`).
         same = None if self.fresh else self.identity.get("job_fingerprint")
@@ -112,6 +115,24 @@ class Memory:
         return Hypothesis(first[0], first[1], f"warm start: the best config of run {past['run']} "
                           f"({past['run_id']}, x{gain:.2f} over its baseline), a similar job on this kind of device",
                           p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source="warm_start")
+
+    def spread_prior(self) -> dict[str, Any] | None:
+        """The run-to-run spread of past runs on this device (every group of runs of one config the
+        knowledge base holds from other tunes), as PRIOR_DF degrees of freedom at most: enough for a
+        first run to decide a large gain, too few to outweigh this tune's own runs if they differ."""
+        from ..probes.sequential import pooled
+
+        device = self.identity.get("device_fingerprint")
+        if self.fresh or not device:
+            return None
+        groups = [[m["samples_per_s"] for m in t.get("measurements") or () if m.get("samples_per_s")]
+                  for t in self.experience.trials() if t.get("device_fingerprint") == device
+                  and t.get("run_id") != self.run_id and not t.get("replayed_from")]
+        groups = [g for g in groups if len(g) > 1]
+        if not groups:
+            return None
+        spread = pooled(groups)
+        return {"sd": spread.sd, "df": min(spread.df, PRIOR_DF), "runs": sum(len(g) for g in groups)}
 
     # -- after a trial --------------------------------------------------------------------------
     def plan(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],

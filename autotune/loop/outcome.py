@@ -78,18 +78,14 @@ class Outcome:
     best_measurement: dict[str, Any] | None = None
     parallel: dict[str, Any] | None = None  # trials run at once on several GPUs: how, and the time saved
     device_runs: int = 0  # runs in a child process on the device, baseline included (what the user waits for)
+    device_s: float = 0.0  # their wall times (the complete ones', start-up included)
 
     @property
     def best_speed(self) -> float:
         """Samples/s of the best config, from its own trial (the baseline's when nothing was kept)."""
-        if self.best.trial == 0:
-            return self.baseline["samples_per_s"]
-        return next(r for r in self.records if r["trial"] == self.best.trial)["samples_per_s"]
-
-    @property
-    def device_s(self) -> float:
-        """Device seconds of the tune: every trial's runs' wall times, baseline included."""
-        return sum(r.get("wall_s") or 0.0 for r in self.records)
+        best = self.baseline if self.best.trial == 0 else next(r for r in self.records if r["trial"] == self.best.trial)
+        speed: float = best["samples_per_s"]
+        return speed
 
     @property
     def speedup(self) -> float:

@@ -75,7 +75,7 @@ class Tuner:
 
             self.script = ScriptAdapter.for_script(Path(job.script.path), job.script.configs, shlex.split(job.script.args),
                                                    self.cwd, job.max_len, job.effective_batch, job.script.knobs,
-                                                   job.script.parsed)
+                                                   job.script.parsed, tuple(shlex.split(job.script.launcher)))
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -116,17 +116,20 @@ class Tuner:
         self.state.peaks = result["frame"]["device"]["peaks"]
         self.memory.start(result["frame"])
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
-        return result["frame"]
+        frame: dict[str, Any] = result["frame"]
+        return frame
 
     def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
         past = self.memory.replay(self.job.start, self.job.start)
         if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
             return self._replayed_baseline(past)
-        # The first repeat also runs the worst-case batch: the user's config must fit before anything else.
-        results = [self.measure(self.job.start, 0, f"baseline 1/{self.steps.baseline_repeats}", True)]
+        # Where the knowledge base holds this device's run-to-run spread, one repeat less: the spread is
+        # not the baseline's alone (learn.spread_prior). The first repeat also runs the worst-case batch.
+        prior = self.memory.spread_prior()
+        repeats = max(2, self.steps.baseline_repeats - 1) if prior else self.steps.baseline_repeats
+        results = [self.measure(self.job.start, 0, f"baseline 1/{repeats}", True)]
         if results[0]["state"] != "oom":
-            results += [self.measure(self.job.start, 0, f"baseline {i + 1}/{self.steps.baseline_repeats}")
-                        for i in range(1, self.steps.baseline_repeats)]
+            results += [self.measure(self.job.start, 0, f"baseline {i + 1}/{repeats}") for i in range(1, repeats)]
         complete = [r for r in results if r["state"] == "complete"]
         incumbent = Incumbent(self.job.start, [], 0)
         for result in complete:
@@ -138,6 +141,8 @@ class Tuner:
                                   f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
                                   wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
+        if prior is not None:
+            record["spread_prior"] = prior  # keep_rule.groups: a few df of this device's past runs
         if results[0]["state"] == "oom" or len(complete) < 2:
             failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
             record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
@@ -211,7 +216,7 @@ class Tuner:
 
             restore(self)  # self.state: the saved state, caught up with the run folder's records
         else:
-            self.folder.create(self.job.to_dict())
+            self.folder.create({**self.job.to_dict(), **({"fresh": True} if self.memory.fresh else {})})
             self.state.save(self.folder.state)  # the run id is on disk from the start
             self.begin()
             self.state.save(self.folder.state)
@@ -221,7 +226,7 @@ class Tuner:
 
             self.parallel = ParallelTrials(self)
         baseline_speed = state.records[0]["samples_per_s"]
-        stop_reason, skipped = "every applicable change was tried", []
+        stop_reason, skipped = "every applicable change was tried", list[tuple[str, str]]()
         while True:
             hypotheses, skipped, spent, stop = self.ask()
             stop_reason = spent or stop_reason
@@ -246,7 +251,7 @@ class Tuner:
                           stop_reason=stop_reason, wall_s=state.elapsed_s, folder=self.folder.path,
                           best_measurement=best_record["measurements"][-1],
                           parallel=self.parallel.close() if self.parallel is not None else None,
-                          device_runs=state.runs)
+                          device_runs=state.runs, device_s=sum(state.walls))
         return outcome
 
     # -- ask / tell ---------------------------------------------------------------------------

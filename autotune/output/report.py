@@ -264,7 +264,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
               f"**x{outcome.speedup:.2f}** the baseline by the chain of interleaved comparisons of the kept changes"
               + _chain_interval(outcome.records),
               f"- stopped: {outcome.stop_reason}; {len(outcome.records) - 1} trials in {outcome.wall_s:.0f}s",
-              f"- device time: {getattr(outcome, 'device_runs', 0)} runs, {outcome.device_s:.0f}s (baseline included); "
+              f"- device time: {outcome.device_runs} runs, {outcome.device_s:.0f}s (baseline included); "
               f"a change that could not be x{1 + job.min_gain:.2f} faster beyond the noise (min_gain) stopped being measured"
               ] + _realized_lines(config)
     lines += _parallel_lines(getattr(outcome, "parallel", None), outcome.records) + ["", "## Plots", ""]

@@ -57,6 +57,13 @@ def pooled(groups: list[list[float]]) -> Spread:
     return Spread(max(MIN_SPREAD, math.sqrt(squares / df)), df)
 
 
+def prior_group(sd: float, df: int) -> list[float]:
+    """A group of throughputs whose log spread is `sd` over `df` degrees of freedom (rounded down to
+    even): what a spread learnt before this tune adds to the pooled one, as if measured here."""
+    half = max(0, int(df) // 2)
+    return [math.exp(sd), math.exp(-sd)] * half + [1.0] if half else []
+
+
 def t_quantile(p: float, df: int) -> float:
     """Student's t quantile: exact for up to EXACT_DF degrees of freedom (bisection on the closed-form
     distribution function of an integer df), the Cornish-Fisher expansion about the normal beyond (within

@@ -7,7 +7,7 @@ at workloads/KIND/runner.py, which engine.runner_module finds from the kind's na
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
@@ -31,6 +31,8 @@ class RunPlace:
 
     runs: Path
     locked: Callable[[], ContextManager[Path]] | None = None
+    made: list[Path] = field(default_factory=list)   # folders `locked()` made, for the caller to take back
+    stamps: dict[Path, Any] = field(default_factory=dict)   # the times of the folder holding them, as they were
 
 
 Builder = Callable[[str, dict[str, str], bool, RunPlace], Job]
@@ -51,7 +53,8 @@ class Kind:
 
 # First match wins; the HF model is the default.
 KINDS: tuple[Kind, ...] = (
-    Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs"),
+    Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs",
+                                                                        "script_launcher"),
          lambda job: job.script is not None, script_best, script_fields),
     Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best,
          frame_inputs),

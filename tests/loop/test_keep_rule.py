@@ -76,3 +76,30 @@ def test_the_incumbents_reused_runs_are_one_group_of_the_spread_counted_once():
     reference = [m["step_times_s"] for m in records[0]["measurements"]] + [run(10.02)["step_times_s"]]
     look = keep_rule.reuse_look(records, reference, 0, [run(20.0)], 1, 16)
     assert "over 4 df" in look.reason  # 3 of the incumbent's 4 runs and 1 of trial 1's 2
+
+
+def test_a_spread_learnt_on_this_device_adds_a_few_df_and_is_kept_with_the_baseline():
+    records = _quiet(0.005)
+    alone = keep_rule.sequential.pooled(keep_rule.groups(records))
+    records[0]["spread_prior"] = {"sd": 0.005, "df": 4, "runs": 8}
+    helped = keep_rule.sequential.pooled(keep_rule.groups(records))
+    assert helped.df == alone.df + 4 and abs(helped.sd - 0.005) < 0.001
+    # Skipping the incumbent's own record (its runs are passed as one group) keeps the prior.
+    assert keep_rule.sequential.pooled(keep_rule.groups(records, skip=0)).df == 4
+
+
+def test_a_second_tune_on_this_device_starts_from_the_first_ones_spread(tmp_path):
+    from conftest import tiny_job
+    from tests.loop.test_tuner import TableExecutor
+
+    from autotune.loop.learn import PRIOR_DF
+    from autotune.loop.tuner import Tuner
+
+    factors = {("padding", "padding_free"): 2.0}
+    kb = str(tmp_path / "kb")
+    first = Tuner(tiny_job(max_trials=2, run="a", kb=kb), TableExecutor(factors), tmp_path).run()
+    assert "spread_prior" not in first.records[0]  # nothing measured on this device before
+    # Another job (seed) on the same device: not a replay of the first one.
+    second = Tuner(tiny_job(max_trials=2, run="b", kb=kb, seed="1"), TableExecutor(factors), tmp_path).run()
+    prior = second.records[0]["spread_prior"]
+    assert 0 < prior["df"] <= PRIOR_DF and prior["runs"] >= 3 and prior["sd"] > 0

@@ -23,8 +23,11 @@ _PRECISION_STYLES = (
     {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16", "tf32": "tf32"},
     {"fp32": "no", "bf16": "bf16", "fp16": "fp16"},                                  # accelerate
     {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"},                      # torch dtype names
-    {"fp32": "32", "bf16": "bf16-mixed", "fp16": "16-mixed"},                        # Lightning
+    {"fp32": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"},                   # Lightning
+    {"fp32": "32", "bf16": "bf16-mixed", "fp16": "16-mixed"},                        # Lightning's short names
 )
+# The styles whose libraries refuse fp16 autocast on a CPU (accelerate stops; Lightning runs bf16 instead).
+_GPU_ONLY_FP16 = (1, 3, 4)
 
 
 def _as_bool(value: Any) -> bool | None:
@@ -76,10 +79,12 @@ class ScriptAdapter:
     @classmethod
     def for_script(cls, script: Path, labels: tuple[str, ...] | list[str], args: list[str], cwd: Path | None = None,
                    max_len: int | None = None, effective_batch: int | None = None,
-                   names: tuple[str, ...] = (), parsed: tuple[str, ...] = ()) -> "ScriptAdapter":
+                   names: tuple[str, ...] = (), parsed: tuple[str, ...] = (),
+                   launcher: tuple[str, ...] = ()) -> "ScriptAdapter":
         """Discover the script's settings (configs as the user named them, relative to `cwd`), let its
         own arguments override its defaults, and build the adapter. `names`: the job's `script_knobs`;
-        `parsed`: its `script.parsed`, what the script's parser returned in a run (parsed.py)."""
+        `parsed`: its `script.parsed`, what the script's parser returned in a run (parsed.py);
+        `launcher`: the words of its `script_launcher`."""
         from .discover import apply_args
         from .parsed import read
         from .styles import discover
@@ -87,7 +92,7 @@ class ScriptAdapter:
         base = cwd or Path.cwd()
         configs = [(base / Path(label).expanduser(), label) for label in labels]
         parser, values = read(tuple(parsed))
-        found = discover(script, configs, args, base, tuple(names), values)
+        found = discover(script, configs, args, base, tuple(names), values, tuple(launcher))
         apply_args(found, args)
         adapter = cls.build(found, max_len, effective_batch, (script, configs + [
             (base / Path(label).expanduser(), label) for label in found.arg_configs], list(args)))
@@ -186,10 +191,10 @@ class ScriptAdapter:
 
     def _precision(self) -> str | None:
         text = self.discovery.get("precision")
-        if text is not None and isinstance(text.value, str):
+        if text is not None and isinstance(text.value, (str, int)) and not isinstance(text.value, bool):
             for style in _PRECISION_STYLES:
                 for name, word in style.items():
-                    if word == text.value.lower():
+                    if word == str(text.value).lower():
                         return name
         flags = {role: _as_bool(s.value) for role in ("bf16", "fp16", "tf32") if (s := self.discovery.get(role))}
         if not flags:
@@ -226,12 +231,16 @@ class ScriptAdapter:
     def why_not(self, knob: str, value: Any, device_kind: str | None = None) -> str | None:
         """Why the script cannot say `knob=value`; `device_kind`: where the trials run ("cpu", "cuda")."""
         if knob not in self.tryable:
-            return f"the script has no setting for {knob}"
+            return self._not_applicable(knob)
         allowed = self.tryable[knob]
         if allowed and value not in allowed:
             return f"the script's settings cannot say {knob}={value}"
         if knob == "precision" and not self._can_say(value):
             return f"the script has no setting that says precision {value}"
+        style = self._style()
+        if (knob == "precision" and value == "fp16" and device_kind == "cpu" and style is not None
+                and _PRECISION_STYLES.index(style) in _GPU_ONLY_FP16):
+            return "fp16 autocast needs a GPU in accelerate and Lightning (on a CPU one stops, the other runs bf16)"
         use_cpu = self.discovery.get("use_cpu")
         if (knob == "precision" and value in ("bf16", "fp16") and device_kind == "cpu" and use_cpu is not None
                 and _as_bool(use_cpu.value) is False):
@@ -241,6 +250,18 @@ class ScriptAdapter:
             return ("TRL (>= 1.0) refuses padding_free without packing while max_length is set, and max_length "
                     "is the length you set (held)")
         return None
+
+    def _not_applicable(self, knob: str) -> str:
+        """Why a knob the script does not expose is not tried: the names looked for, or that no script can say it."""
+        from . import names
+
+        if knob not in names.TARGETS:
+            return (f"not applicable here: the script has no setting for {knob}, a knob of autotune's own trainer "
+                    "(a script says it in its own code)")
+        role = names.TARGETS[knob]
+        looked = sorted(alias for alias, r in ALIASES.items() if r == role)
+        return (f"not applicable here: the script has no setting for {knob} (none of {', '.join(looked[:4])} in its "
+                f"configs, flags or parser); if it has one by another name, add script_knobs=NAME:{knob}")
 
     def _trl_holds_max_length(self) -> bool:
         """An SFTConfig script (TrlParser: the dataclass style with TRL's padding_free field) whose
@@ -263,11 +284,11 @@ class ScriptAdapter:
         """How the script's precision string names precisions, from its key and current value
         (`bf16` is both accelerate's and ours: the key `mixed_precision` says accelerate)."""
         text = self.discovery.get("precision")
-        if text is None or not isinstance(text.value, str):
+        if text is None or not isinstance(text.value, (str, int)) or isinstance(text.value, bool):
             return None
-        candidates = [s for s in _PRECISION_STYLES if text.value.lower() in s.values()]
-        key = text.path[-1].lower() if text.path else ""
-        preferred = {"mixed_precision": 1, "dtype": 2, "torch_dtype": 2}.get(key)
+        candidates = [s for s in _PRECISION_STYLES if str(text.value).lower() in s.values()]
+        key = _key(text).lower().rsplit(".", 1)[-1] if text.path else ""
+        preferred = {"mixed_precision": 1, "accelerate_mixed_precision": 1, "dtype": 2, "torch_dtype": 2}.get(key)
         if preferred is not None and _PRECISION_STYLES[preferred] in candidates:
             return _PRECISION_STYLES[preferred]
         return candidates[0] if candidates else None

@@ -1,4 +1,5 @@
-"""A script job's best config: the keys to set in the user's own files and the command with its flags."""
+"""A script job's best config: the keys to set in the user's own files (the script's own calls among
+them) and the command with its flags, launched as the user launches it."""
 
 from __future__ import annotations
 
@@ -7,11 +8,19 @@ from typing import Any
 
 from ...config.job import Job
 from ...config.knobs import Knobs
+from . import frameworks, launch
 
 
 def best_config(job: Job, knobs: Knobs, script: Any = None, **_: Any) -> dict[str, Any]:
+    assert job.script is not None, "a script job's best config"
     edits, flags = script.edits(knobs)
-    words = ["python", job.script.path, *shlex.split(job.script.args), *flags]
+    configs, source, environment, launcher_flags = frameworks.split(edits)
+    if source:
+        configs[job.script.path] = [([f"{where[0]}({where[1]})"], value)
+                                    for where, value in source]
+    launcher = frameworks.with_flags(shlex.split(job.script.launcher), launcher_flags)
+    words = launch.shown(launcher, job.script.path, [*shlex.split(job.script.args), *flags])
+    prefix = [f"{name}={shlex.quote(value)}" for name, value in environment.items()]
     return {"schema_version": 1, "knobs": knobs.to_dict(), "config_edits": {
-        label: {".".join(path): value for path, value in changes} for label, changes in edits.items()},
-        "command": " ".join(shlex.quote(w) for w in words), "caveats": []}
+        label: {".".join(path): value for path, value in changes} for label, changes in configs.items()},
+        "command": " ".join(prefix + [shlex.quote(w) for w in words]), "caveats": []}

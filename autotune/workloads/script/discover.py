@@ -30,7 +30,7 @@ ALIASES: dict[str, str] = {
     **{name: knob.script_role or knob.name for knob in TABLE for name in knob.script_names},
     # What is held beside the knobs, read but never tried.
     **dict.fromkeys(("gradient_accumulation_steps", "grad_accum", "accumulation_steps", "gradient_accumulation",
-                     "grad_accumulation_steps", "accum_steps"), "accumulation"),
+                     "grad_accumulation_steps", "accum_steps", "accumulate_grad_batches"), "accumulation"),
     "bf16": "bf16", "fp16": "fp16", "tf32": "tf32",
     "padding_free": "padding_free",
     # Packing concatenates rows into new ones: it trains something else, so it is read, never tried.

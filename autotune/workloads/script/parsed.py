@@ -90,7 +90,7 @@ class Watch:
         for module, name, methods in _TARGETS:
             try:
                 cls = getattr(importlib.import_module(module), name)
-            except Exception:  # not installed (or not importable here): its scripts cannot run either
+            except Exception:  # noqa: BLE001 - not installed (or not importable here): its scripts cannot run either
                 continue
             for method in methods:
                 self._wrap(cls, method)
@@ -106,9 +106,11 @@ class Watch:
         self._undo.clear()
 
 
-def parse(spec: dict[str, Any], build_workdir: Any) -> dict[str, Any]:
-    """The runner's `kind=parse`: the script run until its parser returns, in the trial's mirror of the
-    user's folder (`build_workdir`, the runner's); what that returned."""
+def parse(spec: dict[str, Any]) -> dict[str, Any]:
+    """The runner's `kind=parse`: the script run until its parser returns, in a copy of the user's
+    folder as a trial's; what that returned."""
+    from .workdir import build_workdir
+
     mirror, script, argv, _ = build_workdir(spec)
     watch = Watch().install()
     old_argv, old_path, old_cwd = sys.argv, list(sys.path), os.getcwd()

@@ -10,9 +10,13 @@ Process-wide hooks are installed before the script starts:
   and read rows and real tokens from its inputs and, for the first two optimizer steps (dropout off),
   per-row losses from the loss the script computes (parity, script_losses.py), keyed by each row's
   tokens so batching order does not matter;
+- an optimizer step pre-hook and a wrapper of torch.autograd.backward mark the phases of the profile
+  steps (workloads/script/stages.py);
 - the memory probe and the NVML sampler run as for the built-in runner.
-After two parity steps, `warmup_max` warm-up steps and `measure_steps` measured ones, the hook ends
-the script by raising `MeasurementDone` through it.
+After two parity steps, `warmup_max` warm-up steps and `measure_steps` measured ones come the
+`profile_steps` timed phase by phase and, where the spec asks for the ceiling, two steps on
+worst-case rows (stages.py); then the hook ends the script by raising `MeasurementDone` through it.
+A trial with a launcher (`accelerate launch`, `torchrun`) runs inside it (workloads/script/launch.py).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from typing import Any
 
 from ...config.messages import PARITY_STEPS
 from ...engine import common
-from ...util.errors import JobError
 from .losses import LossReader, patch_cross_entropy
-from .rows import Census, row_key
+from .rows import Census, row_key, watch_loaders
+from .stages import autocast_dtype, synchronize, timed_backward
+from .workdir import _edited, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
 
 
 _is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
@@ -43,63 +48,6 @@ def _compiling() -> bool:
 
 class MeasurementDone(BaseException):
     """Ends the user's script once the measured steps are in (BaseException: scripts catch Exception)."""
-
-
-def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
-    import json
-
-    import yaml
-
-    if suffix == ".py":
-        from . import pyconfig
-
-        return pyconfig.edit(text, edits)
-    data = json.loads(text) if suffix == ".json" else yaml.safe_load(text)
-    for path, value in edits:
-        node = data
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-    return json.dumps(data, indent=2) if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
-
-
-def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str, Any]]:
-    """The trial's copy of the user's folder: (its root, the script's copy, the argv, how it was copied)."""
-    from . import tree
-
-    script = spec["script"]
-    cwd, mirror = Path(script["cwd"]), Path(spec["workdir"]) / "tree"
-    files: dict[Path, bytes] = {Path(script["path"]): Path(script["path"]).read_bytes()}
-    for config in script["configs"]:
-        original = Path(config["path"])
-        text = original.read_text()
-        edits = script["edits"].get(config["label"], [])
-        files[original] = (_edited(text, original.suffix.lower(), edits) if edits else text).encode()
-    placed: dict[Path, Path] = {}
-    for original in files:
-        inside = original.is_relative_to(cwd)
-        placed[original] = mirror / (original.relative_to(cwd) if inside else Path("_outside", *original.parts[1:]))
-    # A copy, never links: whatever the script writes, truncates or deletes stays in the trial's folder.
-    try:
-        copied = tree.copy(tree.plan(cwd, [Path(p) for p in script.get("exclude", [])] + [Path(spec["workdir"])]),
-                           mirror)
-    except JobError as error:
-        from ...engine.train import TrialFault
-
-        raise TrialFault("invalid", str(error)) from None
-    for original, copy in placed.items():
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        copy.unlink(missing_ok=True)
-        copy.write_bytes(files[original])
-    # The user's own arguments may name a config by its original path: point them at the copy.
-    renamed = {str(o): str(c) for o, c in placed.items()}
-
-    def rename(word: str) -> str:
-        option, eq, value = word.partition("=")
-        return f"{option}={renamed.get(value, value)}" if eq and option.startswith("--") else renamed.get(word, word)
-
-    argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
-    return mirror, placed[Path(script["path"])], argv, copied
 
 
 def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int]]:
@@ -118,8 +66,22 @@ def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int
 
 
 class Meter:
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], device: str = "cpu") -> None:
+        from .stages import WORST_STEPS, Phases, WorstCase
+
         self.warmup, self.measure = spec["warmup_max"], spec["measure_steps"]
+        self.device = device
+        # After the measured steps: the profile steps, then (a memory knob moved) the worst-case ones.
+        self.measured_end = PARITY_STEPS + self.warmup + self.measure
+        self.profile_end = self.measured_end + spec.get("profile_steps", 0)
+        max_len = (spec.get("job") or {}).get("max_len") or 0
+        worst = spec.get("ceiling") and spec.get("kind") == "trial" and max_len
+        self.end = self.profile_end + (WORST_STEPS if worst else 0)
+        self.phases = Phases(synchronize)
+        self.worst = WorstCase(max_len)
+        self.measured_peak: dict[str, Any] | None = None
+        self.worst_peak: dict[str, Any] | None = None
+        self.worst_narrowest: int | None = None   # the narrowest model call of the worst-case steps
         self.root: Any = None
         self.depth = 0
         self.rows = self.tokens = self.padded = 0
@@ -138,6 +100,7 @@ class Meter:
         self.widths: list[int] = []
         self.row_lengths: list[float] = []   # mean real tokens per row, per call: the row order's trace
         self.dtypes: set[str] = set()
+        self.inner_dtype: str | None = None
         self.packed = False
 
     # forward hooks --------------------------------------------------------------------------------
@@ -159,6 +122,12 @@ class Meter:
                     self.reader.quiet(module)
             if module is self.root:
                 self.reader.begin()
+                self.inner_dtype = None
+                self.phases.forward_start()
+        elif self.depth == 1 and self.inner_dtype is None:
+            # accelerate's prepare() puts autocast inside the model's forward, where the hooks on the
+            # model itself never see it: its first submodule does.
+            self.inner_dtype = autocast_dtype()
         self.depth += 1
 
     def after(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
@@ -168,8 +137,9 @@ class Meter:
         if module is not self.root:
             return
         self.reader.in_model = False
-        if not module.training:
-            return
+        self.phases.forward_end()
+        if not module.training or self.worst.active:
+            return   # the worst-case rows are autotune's, not the script's: nothing of them is observed
         import torch
 
         ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
@@ -197,6 +167,8 @@ class Meter:
         device = ids.device.type
         if torch.is_autocast_enabled(device):
             self.dtypes.add(str(torch.get_autocast_dtype(device)).removeprefix("torch."))
+        elif self.inner_dtype:
+            self.dtypes.add(self.inner_dtype)
         else:
             weight = next((p for p in module.parameters() if p.is_floating_point()), None)
             if weight is not None:
@@ -204,7 +176,6 @@ class Meter:
 
     # optimizer hook -------------------------------------------------------------------------------
     def stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        import torch
 
         # A wrapper (accelerate's AcceleratedOptimizer) is an Optimizer whose step calls the inner
         # one's: both hooks fire for one real step, so only the first optimizer seen counts.
@@ -213,9 +184,12 @@ class Meter:
         elif optimizer is not self.optimizer:
             return
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():  # CUDA-only: timing needs the device idle
-            torch.cuda.synchronize()
+        synchronize()
         self.ends.append(time.perf_counter())
+        if len(self.ends) > self.profile_end:
+            return self._worst_step()
+        if self.measured_end < len(self.ends) <= self.profile_end:
+            self.phases.optimizer_end(self.ends[-1] - self.ends[-2])
         self.step_rows.append(self.rows)
         self.step_tokens.append(self.tokens)
         self.step_padded.append(self.padded)
@@ -223,8 +197,35 @@ class Meter:
         self.rows = self.tokens = self.padded = self.calls = 0
         if len(self.ends) == PARITY_STEPS:
             self.reader.restore()   # the timed steps run with the script's own dropout
-        if len(self.ends) >= PARITY_STEPS + self.warmup + self.measure:
+        if len(self.ends) == self.measured_end:
+            from ...probes import memory
+
+            self.measured_peak = memory.read_peak(self.device)
+            if self.profile_end > self.measured_end:
+                self.phases.begin()
+        if len(self.ends) == self.profile_end:
+            self.phases.stop()
+            self._worst_step()
+
+    def _worst_step(self) -> None:
+        """Past the profile steps: start the worst-case steps, or read their peak and end the script."""
+        from ...probes import memory
+
+        if len(self.ends) >= self.end:
+            if self.worst.active:
+                self.worst_peak = memory.read_peak(self.device) if self.worst.complete else None
+                self.worst_narrowest = self.worst.narrowest
+            self.worst.end()
             raise MeasurementDone()
+        if not self.worst.active and self.root is not None:
+            self.worst.begin(self.root)
+        elif len(self.ends) == self.profile_end + 1:
+            self.worst.restart()               # the lead-in is over; the optimizer state is there
+            memory.reset_peak(self.device)
+
+    def optimizer_starts(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.optimizer is None or optimizer is self.optimizer:
+            self.phases.optimizer_start()
 
     @property
     def parity(self) -> dict[str, list[float]] | None:
@@ -233,7 +234,9 @@ class Meter:
     @property
     def parity_rows(self) -> dict[str, Any] | None:
         """The per-row losses by row key with the rows every step trained (rows.py), for parity by row."""
-        return self.census.summary(self.reader.losses, len(self.ends)) if self.parity is not None else None
+        # The worst-case steps run autotune's rows, not the script's: they are not among the steps compared.
+        steps = min(len(self.ends), self.profile_end)
+        return self.census.summary(self.reader.losses, steps) if self.parity is not None else None
 
     def reading(self) -> LossReader | None:
         """The loss reader while parity steps run outside a graph dynamo traces, else None."""
@@ -249,8 +252,10 @@ def _install(meter: Meter) -> list[Any]:
     _is_compiling = torch.compiler.is_compiling
     return [nn_module.register_module_forward_pre_hook(meter.before),
             nn_module.register_module_forward_hook(meter.after, with_kwargs=True, always_call=True),
+            optimizer_hooks.register_optimizer_step_pre_hook(meter.optimizer_starts),
             optimizer_hooks.register_optimizer_step_post_hook(meter.stepped),
-            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading))]
+            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading)), timed_backward(meter),
+            watch_loaders(meter.census)]
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
@@ -260,8 +265,11 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from ...probes.stats import impossible
     from ...probes.timing import median
     from ...engine.train import TrialFault
+    from ...probes.profile import breakdown
+    from .stages import worst_case
 
     common.inject_early_fault(spec.get("inject_fault"))
+    os.environ.update(spec["script"].get("env", {}))   # accelerate's precision, where the script reads it there
     mirror, script, argv, copied = build_workdir(spec)
     seed = spec["job"].get("seed", 0)
     random.seed(seed)
@@ -269,7 +277,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     device = "cuda" if torch.cuda.is_available() and not spec["job"].get("smoke") else "cpu"
     if device == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    meter = Meter(spec)
+    meter = Meter(spec, device)
     handles = _install(meter)
     memory.reset_peak(device)
     sampler = nvml.Sampler(device).start()
@@ -280,20 +288,30 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         runpy.run_path(str(script), run_name="__main__")
     except MeasurementDone:
         pass
+    except Exception as error:  # noqa: BLE001 - an OOM on the worst-case rows is the ceiling's answer
+        from ...engine.train import is_oom
+
+        if not (meter.worst.active and is_oom(error)):
+            raise
+        raise TrialFault("oom", f"out of memory at the worst-case batch ({meter.worst.rows} x "
+                         f"{spec['job']['max_len']} tokens)") from None
     finally:
         sampler.stop()
         for handle in handles:
             handle.remove()
         sys.argv, sys.path[:] = old_argv, old_path
         os.chdir(old_cwd)
-    needed = PARITY_STEPS + spec["warmup_max"] + spec["measure_steps"]
-    if len(meter.ends) < needed:
-        raise TrialFault("invalid", f"the script ended after {len(meter.ends)} optimizer steps; measuring needs "
-                         f"{needed} ({PARITY_STEPS} parity, {spec['warmup_max']} warm-up, {spec['measure_steps']} measured)")
-    times = [b - a for a, b in zip(meter.ends, meter.ends[1:])]
+    needed, steps = meter.measured_end, len(meter.ends)
+    if steps < meter.end:
+        what = "measuring needs" if steps < needed else "the steps after the measured ones need"
+        raise TrialFault("invalid", f"the script ended after {steps} optimizer steps; {what} {meter.end} "
+                         f"({PARITY_STEPS} parity, {spec['warmup_max']} warm-up, {spec['measure_steps']} measured, "
+                         f"{meter.profile_end - needed} profiled, {meter.end - meter.profile_end} at the worst-case batch)")
+    window = slice(needed - spec["measure_steps"], needed)
+    times = [b - a for a, b in zip(meter.ends[:needed], meter.ends[1:needed])]
     measured, warmup = times[-spec["measure_steps"]:], times[:-spec["measure_steps"]]
-    rows = sum(meter.step_rows[-spec["measure_steps"]:])
-    tokens = meter.step_tokens[-spec["measure_steps"]:]
+    rows = sum(meter.step_rows[window])
+    tokens = meter.step_tokens[window]
     seconds = sum(measured)
     problem = impossible(measured)
     if problem or rows == 0:
@@ -307,13 +325,13 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     peak = (spec.get("peaks") or {}).get("matmul_flops", {}).get(precision)
     mfu = flops / seconds / peak if peak else None
     config = getattr(meter.root, "config", None)
-    padded = sum(meter.step_padded[-spec["measure_steps"]:])
+    padded = sum(meter.step_padded[window])
     measurement = {
         "device": device, "samples_per_s": rows / seconds, "tokens_per_s": sum(tokens) / seconds,
         "median_step_s": median(measured), "step_times_s": [round(t, 6) for t in measured],
         "warmup_times_s": [round(t, 6) for t in warmup], "real_tokens_per_step": tokens,
         "model_flops": flops, "hardware_flops": flops, "mfu": mfu, "hfu": mfu, "peak_flops": peak,
-        "peak_memory": memory.read_peak(device), "parity_losses": meter.parity,
+        "peak_memory": meter.measured_peak or memory.read_peak(device), "parity_losses": meter.parity,
         "parity_rows": meter.parity_rows, "parity_note": meter.reader.why_not,
         "nvml": sampler.summary(),
         "env": {"torch": torch.__version__, "threads": torch.get_num_threads()},
@@ -322,7 +340,9 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
                   "model_type": getattr(config, "model_type", None) or type(meter.root).__name__},
         "data": {"padding_share": round(1 - sum(tokens) / padded, 4) if padded else None},
         "tree": copied,
+        "breakdown": breakdown(meter.phases.totals(), padded - sum(tokens), sum(tokens)),
     }
+    measurement.update(worst_case(meter, device, spec["job"]))
     from .checks import mismatch, observed
 
     measurement["observed"] = observed(meter)
@@ -354,9 +374,13 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
         from .parsed import parse
 
         try:
-            return parse(spec, build_workdir)
+            return parse(spec)
         finally:
             shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
+    from . import launch
+
+    if spec["script"].get("launcher") and not launch.launched():
+        return launch.relay(spec)   # the launched runner runs the trial (and cleans its tree)
     try:
         return trial(spec)
     finally:

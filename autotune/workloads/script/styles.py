@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
-from . import parsers, pyconfig
+from . import frameworks, parsers, pyconfig
 from ...util.errors import JobError
 from .discover import _OWN_NAMES, Discovery, Setting, _alias, parse_script, read_argparse, read_config
 
@@ -84,8 +85,14 @@ def _same(option: str, flag: str) -> bool:
     return option.lstrip("-").replace("-", "_") == flag.lstrip("-").replace("-", "_")
 
 
+def _lightning_cli_dupes(defaults: list[Setting], in_files: list[Setting]) -> list[Setting]:
+    """A LightningCLI default (`--trainer.precision`) that a config file sets is the file's key."""
+    keys = {".".join(p for p in s.path if p != "init_args") for s in in_files}
+    return [d for d in defaults if not (d.source == "argv" and d.path[0].lstrip("-") in keys)]
+
+
 def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Path,
-                    parsed: dict[str, Any] | None = None) -> Discovery:
+                    parsed: dict[str, Any] | None = None, launcher: tuple[str, ...] = ()) -> Discovery:
     tree = _tree(script)
     style = parsers.style_of(tree)
     flags, named = parsers.read_args(args)
@@ -109,9 +116,13 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
         defaults = [d for d in _defaults(script, tree, style, parser_file, parsed or {}) if d.path[0].lstrip("-") not in in_files]
     else:
         defaults = _defaults(script, tree, style, parser_file, parsed or {})
+    # Accelerate's and Lightning's own places: the script's calls, the launcher, the environment.
+    defaults = _lightning_cli_dupes(defaults + frameworks.settings(tree, list(launcher), dict(os.environ)),
+                                    found.settings)
     given = []
     for option, text, form in flags:
-        role = _alias(option.lstrip("-"))
+        # A LightningCLI flag names its section: --data.batch_size is the batch size.
+        role = _alias(option.lstrip("-").rsplit(".", 1)[-1])
         if role is None or option.lstrip("-") in _NOT_PRECISION and style.kind == "dataclass":
             continue
         match = next((d for d in defaults if d.source == "argv" and _same(option, d.path[0])), None)
@@ -133,16 +144,18 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
 
 
 def discover(script: Path, configs: list[tuple[Path, str]], args: list[str] | None = None,
-             cwd: Path | None = None, names: tuple[str, ...] = (), parsed: dict[str, Any] | None = None) -> Discovery:
+             cwd: Path | None = None, names: tuple[str, ...] = (), parsed: dict[str, Any] | None = None,
+             launcher: tuple[str, ...] = ()) -> Discovery:
     """What the script's settings are, by every style it is read in (the one entry point of script/).
     `names`: the user's `script_knobs=` pairs; a role they name is the setting of that name alone.
-    `parsed`: name -> value as the script's parser returned them in a run (parsed.py)."""
+    `parsed`: name -> value as the script's parser returned them in a run (parsed.py);
+    `launcher`: the words of `script_launcher=` (accelerate's precision flag lives there)."""
     from . import names as own
 
     mapped = own.roles(names)
     token = _OWN_NAMES.set(mapped)
     try:
-        found = discover_styles(script, configs, list(args or []), cwd or Path.cwd(), parsed)
+        found = discover_styles(script, configs, list(args or []), cwd or Path.cwd(), parsed, tuple(launcher))
     finally:
         _OWN_NAMES.reset(token)
     if mapped:

@@ -110,7 +110,10 @@ def test_argparse_flags_are_passed_on_the_command_line(tmp_path):
 def test_unrecognised_keys_are_left_alone(tmp_path):
     adapter = adapter_for(tmp_path, ARGPARSE)
     assert all(s.role != "learning_rate" for s in adapter.discovery.settings)
-    assert adapter.why_not("torch_compile", True) == "the script has no setting for torch_compile"
+    why = adapter.why_not("torch_compile", True)
+    assert why.startswith("not applicable here: the script has no setting for torch_compile (none of compile, ")
+    assert why.endswith("add script_knobs=NAME:torch_compile")
+    assert "a knob of autotune's own trainer" in adapter.why_not("chunked_cross_entropy", True)
 
 
 def test_a_script_with_no_known_knob_says_what_was_found_looked_for_and_the_way_out(tmp_path):

@@ -10,9 +10,7 @@ import shlex
 import textwrap
 from pathlib import Path
 
-
-from autotune import schemas
-from autotune import job_from_words
+from autotune import job_from_words, schemas
 from autotune.workloads.script import ScriptAdapter
 
 # A config that leaves bf16 and checkpointing to SFTConfig, as TRL's own README runs sft.py.

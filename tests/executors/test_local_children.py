@@ -1,0 +1,113 @@
+"""Every process a trial starts ends with it: a script's child that daemonizes (its own session, its
+parent gone, its environment wiped or not) is ended whether the trial completes or is stopped at its
+timeout; its temporary files go with the trial; and `autotune tune ... | reader` reaches the end of its
+output, with autotune's own helper processes gone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.executors.local import LocalExecutor
+
+# Two daemons, each a grandchild in a session of its own whose parent has exited: one keeps the
+# environment, one runs with an empty one. Then a tiny training loop (or, with HANG, no step at all).
+SCRIPT = textwrap.dedent('''
+    import argparse, os, sys, tempfile, time
+    import torch
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch_size", type=int, default=1)
+    parser.add_argument("--grad_accum", type=int, default=4)
+    args = parser.parse_args()
+
+    pids, hang = {pids!r}, {hang!r}
+    with open({tmp_note!r}, "w") as note:
+        note.write(tempfile.mkdtemp(prefix="mine-"))
+    before = len(open(pids).read().split()) if os.path.exists(pids) else 0
+    for wiped in (False, True):
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                code = f"import os, time; open({{pids!r}}, 'a').write(f'{{{{os.getpid()}}}}\\\\n'); time.sleep(600)"
+                os.execve(sys.executable, [sys.executable, "-c", code], {{}} if wiped else dict(os.environ))
+            os._exit(0)
+    for _ in range(500):                       # both daemons are up before the trial goes on
+        if os.path.exists(pids) and len(open(pids).read().split()) == before + 2:
+            break
+        time.sleep(0.02)
+    if hang:
+        time.sleep(600)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 16), torch.nn.Linear(16, 64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(50):
+        for _ in range(args.grad_accum):
+            model(torch.randint(0, 64, (args.batch_size, 8))).logsumexp(-1).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+''')
+
+
+def running(pid: int) -> bool:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] not in "ZX"
+
+
+def project(tmp_path: Path, hang: bool = False) -> tuple[Path, Path, Path]:
+    folder = tmp_path / "project"
+    folder.mkdir()
+    pids, note = tmp_path / "pids.txt", tmp_path / "tmp_note.txt"
+    (folder / "train.py").write_text(SCRIPT.format(pids=str(pids), hang=hang, tmp_note=str(note)))
+    return folder, pids, note
+
+
+def spec(folder: Path, trial: Path) -> dict:
+    return {"schema_version": 1, "kind": "probe", "runner": "script", "job": {"seed": 0, "smoke": True},
+            "knobs": {"precision": "fp32"},
+            "script": {"path": str(folder / "train.py"), "cwd": str(folder), "configs": [], "edits": {}, "args": [],
+                       "expect": {}, "exclude": []},
+            "flags": [], "measure_steps": 2, "warmup_max": 0, "workdir": str(trial / "work")}
+
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@pytest.mark.parametrize("hang", [False, True], ids=["completes", "timeout"])
+def test_a_trial_ends_every_process_its_script_started_and_its_temporary_files(tmp_path, hang):
+    folder, pids, note = project(tmp_path, hang)
+    trial = tmp_path / "runs" / "r" / "trials" / "1"
+    result = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""}).run(spec(folder, trial), trial, 20 if hang else 300)
+    assert result["state"] == ("timeout" if hang else "complete"), result
+    daemons = [int(p) for p in pids.read_text().split()]
+    assert len(daemons) == 2
+    assert not [p for p in daemons if running(p)]
+    # The script's temporary folder was made in the trial's folder, which is gone with the trial.
+    assert Path(note.read_text()).is_relative_to(trial / "tmp") and not (trial / "tmp").exists()
+
+
+@pytest.mark.slow
+def test_the_command_piped_to_a_reader_reaches_the_end_with_nothing_left(tmp_path):
+    folder, pids, _ = project(tmp_path)
+    command = Path(sys.executable).with_name("autotune")
+    user_tmp = tmp_path / "user-tmp"
+    user_tmp.mkdir()
+    started = time.monotonic()
+    # stdout is a pipe read to its end, as `| tee log` reads it: any process left holding it would hang here.
+    done = subprocess.run([str(command), "tune", "c", "script=train.py", "max_len=8", "smoke", "max_trials=1", "fresh"],
+                          cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "TMPDIR": str(user_tmp)})
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "ready to run:" in done.stdout and time.monotonic() - started < 600
+    daemons = [int(p) for p in pids.read_text().split()]
+    assert daemons and not [p for p in daemons if running(p)]
+    # Nothing of autotune's in the user's $TMPDIR: trials' files went in their folders, the fork server's too.
+    assert list(user_tmp.iterdir()) == []
