@@ -36,16 +36,36 @@ def run_place(runs_dir: str | Path, run: str) -> Any:
     from .workloads.jobs import RunPlace
 
     runs = Path(runs_dir)
+    made: list[Path] = []  # the folders locked() created, deepest last
+    times: list[tuple[int, int]] = []  # the runs folder's times, where it was there: put back on forget
 
     @contextmanager
     def locked() -> Iterator[Path]:
-        check_writable_folder(runs, f"--runs-dir {runs_dir}")
         folder = RunFolder(runs, run)
+        if runs.is_dir() and not times:
+            times.append((runs.stat().st_atime_ns, runs.stat().st_mtime_ns))
+        made.extend(p for p in (runs, folder.path) if not p.exists() and p not in made)
+        check_writable_folder(runs, f"--runs-dir {runs_dir}")
         with folder.locked():
             folder.check_new()
             yield folder.path.resolve()
 
-    return RunPlace(runs, locked)
+    def forget() -> None:
+        import shutil
+
+        for path in reversed(made):
+            if path == runs:
+                try:
+                    path.rmdir()  # only if the probe's folder was all it held
+                except OSError:
+                    pass
+            elif path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+        if times and runs.is_dir():
+            os.utime(runs, ns=times[0])
+        made.clear()
+
+    return RunPlace(runs, locked, forget)
 
 
 def job_from_words(run: str, words: list[str], runs_dir: str | Path = "runs") -> tuple[Job, list[str]]:

@@ -31,6 +31,9 @@ class RunPlace:
 
     runs: Path
     locked: Callable[[], ContextManager[Path]] | None = None
+    # Undoes what `locked()` made (the run folder, the runs folder) when the job is then refused: a
+    # refused job leaves nothing behind, as one refused before the probe does.
+    forget: Callable[[], None] | None = None
 
 
 Builder = Callable[[str, dict[str, str], bool, RunPlace], Job]
@@ -76,7 +79,13 @@ def job_from_words(run: str, words: list[str], place: RunPlace | None = None) ->
     smoke = "smoke" in modes
     for kind in KINDS:
         if kind.takes(pairs):
-            return kind.build(run, pairs, smoke, place or RunPlace(Path("runs"))), modes
+            place = place or RunPlace(Path("runs"))
+            try:
+                return kind.build(run, pairs, smoke, place), modes
+            except JobError:
+                if place.forget is not None:
+                    place.forget()
+                raise
         stray = [key for key in kind.own_keys if key in pairs]
         if stray:
             raise JobError(f"{', '.join(stray)} go with {_WITH[kind.name]}")

@@ -47,8 +47,6 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
     from . import launch, names, tree
 
     launcher = launch.parse(pairs.get("script_launcher", ""))
-
-    launcher = launch.parse(pairs.get("script_launcher", ""))
     own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
     max_len = whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None
     effective = whole("effective_batch", pairs["effective_batch"], 1) if "effective_batch" in pairs else None
