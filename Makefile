@@ -25,13 +25,15 @@ docs: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check autotune tests bench
+	$(BIN)/mypy
 
 # Which PyTorch build this machine wants (scripts/torch_index.py): rewritten only when the answer changes,
 # so an unchanged machine leaves the stamp newer than it.
 $(CHOICE): FORCE
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(PYTHON) scripts/torch_index.py --explain > $@.new
-	@cmp -s $@.new $@ || mv $@.new $@
+	@# Another build wanted than the one installed: remove it first (pip takes 2.13.0+cpu for ==2.13.0).
+	@cmp -s $@.new $@ || { test ! -f $@ || $(BIN)/python -m pip uninstall -q -y torch; mv $@.new $@; }
 	@rm -f $@.new
 
 $(STAMP): $(CHOICE) pyproject.toml Makefile

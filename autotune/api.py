@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from .executors.base import Executor
 from .config.job import Job
 from .loop.outcome import Outcome
+from .util.errors import JobError
 
 # AUTOTUNE_TEST_INJECT="3:oom,4:crash": a fault in a trial, for end-to-end tests of the states.
 INJECT_ENV = "AUTOTUNE_TEST_INJECT"
@@ -36,43 +37,55 @@ def run_place(runs_dir: str | Path, run: str) -> Any:
     from .workloads.jobs import RunPlace
 
     runs = Path(runs_dir)
-    made: list[Path] = []  # the folders locked() created, deepest last
-    times: list[tuple[int, int]] = []  # the runs folder's times, where it was there: put back on forget
+    made: list[Path] = []
+    stamps: dict[Path, Any] = {}
 
     @contextmanager
     def locked() -> Iterator[Path]:
-        folder = RunFolder(runs, run)
-        if runs.is_dir() and not times:
-            times.append((runs.stat().st_atime_ns, runs.stat().st_mtime_ns))
-        made.extend(p for p in (runs, folder.path) if not p.exists() and p not in made)
         check_writable_folder(runs, f"--runs-dir {runs_dir}")
+        folder = RunFolder(runs, run)
+        if not made:   # the folders this makes, and the time of the one holding them, to take back
+            made.extend(path for path in (runs, folder.path) if not path.exists())
+            parent = made[0].parent if made else None
+            stamps.update({parent: parent.stat()} if parent is not None and parent.is_dir() else {})
         with folder.locked():
             folder.check_new()
             yield folder.path.resolve()
 
-    def forget() -> None:
-        import shutil
+    return RunPlace(runs, locked, made, stamps)
 
-        for path in reversed(made):
-            if path == runs:
-                try:
-                    path.rmdir()  # only if the probe's folder was all it held
-                except OSError:
-                    pass
-            elif path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-        if times and runs.is_dir():
-            os.utime(runs, ns=times[0])
-        made.clear()
 
-    return RunPlace(runs, locked, forget)
+def _refused(place: Any, run: str) -> None:
+    """A job refused after a probe took its lock leaves no folder that the probe made (only the lock in
+    it), removed under the lock again so a tune that took it meanwhile keeps its own."""
+    from .output.records import RunFolder
+
+    if not place.made:
+        return
+    folder = RunFolder(place.runs, run)
+    try:
+        with folder.locked():
+            if folder.path in place.made and [p.name for p in folder.path.iterdir()] == [".lock"]:
+                (folder.path / ".lock").unlink()
+                for path in reversed(place.made):
+                    if path.is_dir() and not any(path.iterdir()):
+                        path.rmdir()
+                for path, stat in place.stamps.items():   # as it was: nothing of the user's changed
+                    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    except (OSError, JobError):
+        pass   # in use or gone: nothing of ours to remove
 
 
 def job_from_words(run: str, words: list[str], runs_dir: str | Path = "runs") -> tuple[Job, list[str]]:
     """The job and the mode words of `autotune tune RUN key=value ...` (`runs_dir`: where runs/RUN goes)."""
     from .workloads import jobs
 
-    return jobs.job_from_words(run, words, run_place(runs_dir, run))
+    place = run_place(runs_dir, run)
+    try:
+        return jobs.job_from_words(run, words, place)
+    except JobError:
+        _refused(place, run)
+        raise
 
 
 def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs") -> Job:
@@ -80,7 +93,12 @@ def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs")
     passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
     from .workloads import jobs
 
-    return jobs.job_from_dict(run, keys, run_place(runs_dir, run))
+    place = run_place(runs_dir, run)
+    try:
+        return jobs.job_from_dict(run, keys, place)
+    except JobError:
+        _refused(place, run)
+        raise
 
 
 def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "runs", fresh: bool = False,
@@ -111,13 +129,14 @@ def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "run
 
 
 def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: bool) -> Outcome:
+    from .output.display import shown
     from .output.realize import hand_over
     from .output.report import write_best_config, write_report, write_results_tsv
 
     if tuner.script is not None:
         display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
         for line in tuner.script.listing():
-            display.console.print(f"  {line}", highlight=False, soft_wrap=True)
+            display.console.print(f"  {shown(line)}", highlight=False, soft_wrap=True)
     try:
         outcome = tuner.run(resume=resume)
         if not job.is_mlp and tuner.script is None:
@@ -141,10 +160,10 @@ def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: 
     display.final_table(outcome, str(tuner.folder.path))
     for label, edits in config.get("config_edits", {}).items():
         settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
-        display.console.print(f"set in {label}: {settings}", highlight=False, soft_wrap=True)
+        display.console.print(shown(f"set in {label}: {settings}"), highlight=False, soft_wrap=True)
     if config.get("realized"):
-        display.console.print(config["realized"].replace("**", ""), highlight=False, soft_wrap=True)
-    display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
+        display.console.print(shown(config["realized"].replace("**", "")), highlight=False, soft_wrap=True)
+    display.console.print(shown(f"ready to run: {config['command']}"), highlight=False, soft_wrap=True)
     outcome.best_config = config
     return outcome
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..util.errors import JobError
-from .inputs import check_word, parse_yaml, read_text
+from .inputs import check_home, check_not_special, check_word, parse_yaml, read_text
 from .job_keys import JOB_KEYS, MLP_MODEL
 from .job_values import is_ssh, redact_args, redact_uri
 from .knobs import CATALOG, NAIVE_START, parse_knob_value
@@ -48,7 +48,9 @@ def _scalar(label: str, key: str, value: Any) -> str:
 def _mapping(value: str, label: str, what: str) -> dict[str, Any]:
     """A YAML file holding one mapping, read through the bounded reader (aliases, depth, size)."""
     check_word(f"{label}={value}")
+    check_home(label, value)
     path = Path(value).expanduser()
+    check_not_special(path, f"{label}={value}")
     if not path.is_file():
         raise JobError(f"{label}={value!r}: no such file; expected {JOB_KEYS[label]}")
     data = parse_yaml(read_text(path, f"{label}={value}"), f"{label}={value}")
@@ -183,7 +185,7 @@ def _knobs(data: Mapping[str, Any]) -> dict[str, Any]:
         knobs["torch_compile"] = True
     if data.get("dataloader_prefetch_factor"):
         knobs["dataloader_prefetch_factor"] = data["dataloader_prefetch_factor"]
-    init = data.get("model_init_kwargs") if isinstance(data.get("model_init_kwargs"), dict) else {}
+    init: dict[str, Any] = data["model_init_kwargs"] if isinstance(data.get("model_init_kwargs"), dict) else {}
     dtype = init.get("dtype") or data.get("dtype")
     if dtype in ("float32", "bfloat16") and not data.get("load_in_4bit"):
         knobs["dtype"] = dtype
@@ -282,6 +284,6 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
 def job_yaml(job: Any, shared: bool = False) -> str:
     import yaml
 
-    return (f"# autotune run {job.run}: the job as it ran; rerun it with\n"
+    return str(f"# autotune run {job.run}: the job as it ran; rerun it with\n"
             f"#   autotune tune NEW_RUN config=runs/{job.run}/job.yaml [key=value ...]\n"
             + yaml.safe_dump(job_mapping(job, shared), sort_keys=False, default_flow_style=False))

@@ -194,7 +194,7 @@ def write_spec(path: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
     problem = spec_problem(spec)
     if problem is not None:
         return {"state": "invalid", "reason": problem, "wall_s": 0.0, "exit_code": None}
-    write_json_atomic(path, spec)
+    write_json_atomic(path, dict(spec))
     return None
 
 

@@ -6,6 +6,7 @@ Pure data: the parent process validates names against this without importing tor
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # Small enough for a CPU trial in seconds, large enough that batching and attention choices matter.
 _TINY = dict(
@@ -22,7 +23,7 @@ _QWEN_VL_TEXT = {
     "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
 }
 
-PRESETS: dict[str, dict] = {
+PRESETS: dict[str, dict[str, Any]] = {
     "tiny-llama": {"model_type": "llama", **_TINY},
     "tiny-qwen2": {"model_type": "qwen2", **_TINY, "tie_word_embeddings": True},
     # The shape of Qwen2.5-0.5B (its public config.json), with random weights: a real GPU workload

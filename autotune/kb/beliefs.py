@@ -46,7 +46,7 @@ class Beliefs:
         self.store = store
         self._claims: dict[str, Claim] = {}
         self._history: list[dict[str, Any]] = []
-        self._seen_events: set[tuple] = set()
+        self._seen_events: set[tuple[Any, ...]] = set()
         self._pending: dict[str, list[Evidence]] | None = None
         for claim in (load_priors() if priors is None else priors):
             self._claims.setdefault(claim.id, claim)
@@ -137,7 +137,7 @@ class Beliefs:
         adds claims to write first (an import's), so its events may speak of them."""
         definitions: list[dict[str, Any]] = [c.definition() for c in define if c.id not in self._claims]
         events: list[dict[str, Any]] = []
-        batch: set[tuple] = set()
+        batch: set[tuple[Any, ...]] = set()
         for update in updates:
             for child in update.children:
                 if child.id not in self._claims and all(d["id"] != child.id for d in definitions):
@@ -165,7 +165,7 @@ class Beliefs:
         return applied
 
     @staticmethod
-    def _event_key(event: dict[str, Any]) -> tuple:
+    def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
         evidence = event.get("evidence") or {}
         return (event["op"], event["claim"], evidence.get("experiment"), tuple(event.get("children") or ()))
 

@@ -96,7 +96,7 @@ def profile_features(measurement: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def knob_features(knobs: Knobs) -> dict[str, Any]:
-    values = knobs.to_dict()
+    values: dict[str, Any] = knobs.to_dict()
     values["micro_batch"] = values.pop("per_device_train_batch_size")
     return values
 

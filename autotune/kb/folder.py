@@ -37,7 +37,8 @@ def read_peak_cache(folder: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise RecordError(f"{path} is corrupt ({error.msg}); delete it and the peaks are measured again") from error
-    return data.get("peaks", {})
+    peaks: dict[str, Any] = data.get("peaks", {})
+    return peaks
 
 
 def remember_peaks(folder: Path, peaks: dict[str, Any]) -> None:

@@ -88,7 +88,7 @@ class _ReadOnlyStorage(Storage):
         super().__init__()
         self._tables = tables
 
-    def read(self) -> dict[str, dict[int, dict[str, Any]]]:
+    def read(self) -> dict[str, dict[int, dict[str, Any]]]:  # type: ignore[override]  # tinydb's stub: str ids
         return self._tables
 
     def write(self, data: Any) -> None:
@@ -285,7 +285,8 @@ class Store:
         problem = violation(state.schema, record)
         if problem:
             raise InvalidRecordError(f"{which} is {problem}; nothing was written")
-        return record
+        plain: dict[str, Any] = record
+        return plain
 
     def _table(self, table: str) -> _Table:
         try:

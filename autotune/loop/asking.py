@@ -32,4 +32,5 @@ def ask_llm(tuner: Any, before_trial: int, incumbent: Incumbent, frame: dict[str
     if tuner.display:
         tuner.display.llm(record)
     proposed = {h.change for h in proposal.hypotheses}
-    return proposal.hypotheses + [h for h in ranked if h.change not in proposed]
+    asked: list[Hypothesis] = proposal.hypotheses + [h for h in ranked if h.change not in proposed]
+    return asked

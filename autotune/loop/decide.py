@@ -30,7 +30,7 @@ Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothe
 
 
 def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: list[dict[str, Any]], device: dict[str, Any],
-                    effective_batch: int, measured: set[tuple], claims: Iterable[Claim], features: dict[str, Any],
+                    effective_batch: int, measured: set[tuple[Any, ...]], claims: Iterable[Claim], features: dict[str, Any],
                     floor: float, allowed: Allowed, skipped: list[tuple[str, str]]) -> tuple[list[Hypothesis], str | None]:
     """The hypotheses to try, best first, and (when there are none) why the search stops."""
     claims = list(claims)
@@ -75,7 +75,7 @@ def _with_undo(undo: list[Hypothesis], singles: list[Hypothesis], records: list[
 
 
 def _undecided(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str, Any], effective_batch: int,
-               measured: set[tuple], allowed: Allowed) -> Hypothesis | None:
+               measured: set[tuple[Any, ...]], allowed: Allowed) -> Hypothesis | None:
     """Before stopping: the two best changes the noise left undecided on this incumbent, together."""
     found = undecided_pair(incumbent, records, device, effective_batch, measured)
     if found is None:
@@ -88,7 +88,7 @@ def _undecided(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str
     return next(iter(allowed([hypothesis], [])[0]), None)
 
 
-def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], measured: set[tuple],
+def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], measured: set[tuple[Any, ...]],
                first: Callable[[], Hypothesis | None]) -> Hypothesis | None:
     """While the incumbent is a kept warm start: the config the cold search would have tried first (`first`:
     the ranking's best change on the user's config), as one change against it. A warm start is another

@@ -95,7 +95,7 @@ def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], cand
     spread = sequential.pooled(groups(records, incumbent, candidate))
     floor = margin(records)
     points = looks(most)
-    share = shares(records, most)
+    share: float = shares(records, most)
     if last and len(candidate) < most:
         share = share / (len(points) - sum(n < len(candidate) for n in points))
     v = sequential.decide([m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate],

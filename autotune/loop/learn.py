@@ -41,7 +41,8 @@ def trials_to_best(records: list[dict[str, Any]], share: float = BEST_SHARE) -> 
         reached.append((record["trial"], product))
     if final <= 1.0:
         return 0
-    return next(trial for trial, value in reached if value >= share * final)
+    first: int = next(trial for trial, value in reached if value >= share * final)
+    return first
 
 
 def _slim(event: dict[str, Any]) -> dict[str, Any]:
@@ -91,7 +92,7 @@ class Memory:
             return None
         return self.experience.replay(self.identity, incumbent, knobs)
 
-    def warm_start(self, incumbent: Knobs, measured: set[tuple]) -> Hypothesis | None:
+    def warm_start(self, incumbent: Knobs, measured: set[tuple[Any, ...]]) -> Hypothesis | None:
         """The best config of the nearest similar past run, as one combined change, if it differs."""
         # The same job on the same device is replayed trial by trial, not warm-started (unless `fresh`).
         same = None if self.fresh else self.identity.get("job_fingerprint")

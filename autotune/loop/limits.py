@@ -16,7 +16,7 @@ def frame_limit(frame: dict[str, Any], name: str, value: Any) -> str | None:
     pack rows); None if it can. A limit without a value covers every value of the knob."""
     for limit in frame.get("limits", ()):
         if limit["knob"] == name and limit.get("value") in (None, value):
-            return limit["reason"]
+            return str(limit["reason"])
     return None
 
 

@@ -40,7 +40,8 @@ def measure(tuner: Any, knobs: Knobs, trial: int, label: str, ceiling: bool = Fa
     if result["state"] == "complete":
         state.slowest_s = max(state.slowest_s, result["wall_s"])
         state.walls.append(result["wall_s"])
-    return result
+    done: dict[str, Any] = result
+    return done
 
 
 def more_pairs(tuner: Any, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,

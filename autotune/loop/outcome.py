@@ -83,9 +83,9 @@ class Outcome:
     @property
     def best_speed(self) -> float:
         """Samples/s of the best config, from its own trial (the baseline's when nothing was kept)."""
-        if self.best.trial == 0:
-            return self.baseline["samples_per_s"]
-        return next(r for r in self.records if r["trial"] == self.best.trial)["samples_per_s"]
+        best = self.baseline if self.best.trial == 0 else next(r for r in self.records if r["trial"] == self.best.trial)
+        speed: float = best["samples_per_s"]
+        return speed
 
     @property
     def speedup(self) -> float:

@@ -42,7 +42,7 @@ class Tape:
 
     trial: int
     hypothesis: Hypothesis
-    incumbent: tuple
+    incumbent: tuple[Any, ...]
     slot: Any
     folder: Path
     runs: list[tuple[str, dict[str, Any], Path]] = field(default_factory=list)
@@ -63,7 +63,7 @@ class _Recording:
         if not self.tape.runs and not getattr(self.tape.slot, "alive", True):
             # The slot was lost before the trial began: nothing is kept, so the commit runs it on a live slot.
             return {"state": "crash", "reason": "slot lost before the trial began", "wall_s": 0.0, "exit_code": None}
-        result = self.tape.slot.run(spec, trial_dir, timeout_s)
+        result: dict[str, Any] = self.tape.slot.run(spec, trial_dir, timeout_s)
         self.tape.runs.append((_same(spec), result, trial_dir))
         return result
 
@@ -161,9 +161,9 @@ class ParallelTrials:
         incumbent after it."""
         tuner = self.tuner
         incumbent = tuner.state.incumbent
-        for tape in list(self.tapes):
-            if tape.incumbent != key(incumbent.knobs) or key(tape.hypothesis.apply(incumbent.knobs)) in tuner.state.measured:
-                self._drop(tape)
+        for old in list(self.tapes):
+            if old.incumbent != key(incumbent.knobs) or key(old.hypothesis.apply(incumbent.knobs)) in tuner.state.measured:
+                self._drop(old)
         self._collect()
         waited = time.monotonic()
         while (tape := self._find(hypotheses[0], incumbent)) is None:

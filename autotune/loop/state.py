@@ -29,7 +29,7 @@ from ..config.inputs import read_json
 from ..config.knobs import Knobs
 from ..reasoner import key
 from ..schemas import violation
-from ..util.errors import RecordError
+from ..util.errors import DamagedRunError, RecordError
 from ..util.io import write_json_atomic
 from .outcome import Incumbent
 
@@ -46,9 +46,9 @@ class LoopState:
     started: float = field(default_factory=time.monotonic)  # time.monotonic() at the start (saved as elapsed)
     records: list[dict[str, Any]] = field(default_factory=list)  # experiments.jsonl's, in order (not saved)
     covered: int = 0                          # how many records the loaded file had taken in
-    measured: set[tuple] = field(default_factory=set)      # key() of every config measured
+    measured: set[tuple[Any, ...]] = field(default_factory=set)      # key() of every config measured
     # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
-    blocked: dict[tuple, set[str]] = field(default_factory=dict)
+    blocked: dict[tuple[Any, ...], set[str]] = field(default_factory=dict)
     walls: list[float] = field(default_factory=list)       # wall time of each complete run
     slowest_s: float = 0.0                    # the slowest complete run: a trial's timeout follows it
     budget_spent: bool = False                # a run was stopped at the end of the time budget
@@ -68,7 +68,8 @@ class LoopState:
     @property
     def base(self) -> dict[str, Any]:
         """The baseline's first measurement: the reference of every parity check."""
-        return self.records[0]["measurements"][0]
+        first: dict[str, Any] = self.records[0]["measurements"][0]
+        return first
 
     @property
     def elapsed_s(self) -> float:
@@ -81,7 +82,7 @@ class LoopState:
         makes the trial's config the incumbent, built from its measurements. Returns the incumbent that
         follows (the state's from now on)."""
         self.incumbent = incumbent
-        if (record.get("replayed_state") or record["state"]) == "oom":
+        if (record.get("replayed_state") or record["state"]) == "oom" and change is not None:
             self.blocked.setdefault(key(incumbent.knobs), set()).add(change)
         if record["decision"] == "keep":
             kept = Incumbent(Knobs.from_dict(record["knobs"]), [], record["trial"], profile=dict(incumbent.profile))
@@ -146,7 +147,8 @@ class LoopState:
         """A state file's contents (validated); a version 1 file covers no record, so every one is
         caught up, as resume did before the state was explicit."""
         started = time.monotonic() - float(data.get("elapsed_s", 0))
-        ended = dict(stop_reason=data.get("stop_reason"), skipped=[tuple(s) for s in data.get("skipped", [])])
+        ended: dict[str, Any] = dict(stop_reason=data.get("stop_reason"),
+                                     skipped=[tuple(s) for s in data.get("skipped", [])])
         if data["schema_version"] == 1:
             return cls(run=data.get("run", ""), run_id=data.get("run_id") or "", incumbent=Incumbent(start, [], 0),
                        started=started, **ended)
@@ -174,16 +176,16 @@ class LoopState:
         """state.json read back, or one RecordError line naming it (torn, not JSON, or not a state
         autotune wrote). `start`: the job's own config, the incumbent before the baseline."""
         run = Path(path).parent.name
-        data = read_json(Path(path), f"RUN {run!r}", RecordError, hint=DAMAGED)
+        data = read_json(Path(path), f"RUN {run!r}", DamagedRunError, hint=DAMAGED, follow=False)
         wrong = violation("loop_state", data)
         if wrong:
-            raise RecordError(f"RUN {run!r}: {path} is not a state autotune wrote ({wrong}); {DAMAGED}")
+            raise DamagedRunError(f"RUN {run!r}: {path} is not a state autotune wrote ({wrong}); {DAMAGED}")
         try:
             return cls.from_dict(data, start)
         except (TypeError, ValueError, KeyError) as error:  # knobs the schema lets through but Knobs refuses
-            raise RecordError(f"RUN {run!r}: {path} is not a state autotune wrote ({error}); {DAMAGED}") from None
+            raise DamagedRunError(f"RUN {run!r}: {path} is not a state autotune wrote ({error}); {DAMAGED}") from None
 
 
-def _key(knobs: dict[str, Any]) -> tuple:
+def _key(knobs: dict[str, Any]) -> tuple[Any, ...]:
     """`reasoner.key` of a config stored as a dict (a key is its sorted items)."""
     return tuple(sorted(knobs.items()))

@@ -116,7 +116,8 @@ class Tuner:
         self.state.peaks = result["frame"]["device"]["peaks"]
         self.memory.start(result["frame"])
         write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
-        return result["frame"]
+        frame: dict[str, Any] = result["frame"]
+        return frame
 
     def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
         past = self.memory.replay(self.job.start, self.job.start)
@@ -215,7 +216,7 @@ class Tuner:
 
             restore(self)  # self.state: the saved state, caught up with the run folder's records
         else:
-            self.folder.create(self.job.to_dict())
+            self.folder.create({**self.job.to_dict(), **({"fresh": True} if self.memory.fresh else {})})
             self.state.save(self.folder.state)  # the run id is on disk from the start
             self.begin()
             self.state.save(self.folder.state)
@@ -225,7 +226,7 @@ class Tuner:
 
             self.parallel = ParallelTrials(self)
         baseline_speed = state.records[0]["samples_per_s"]
-        stop_reason, skipped = "every applicable change was tried", []
+        stop_reason, skipped = "every applicable change was tried", list[tuple[str, str]]()
         while True:
             hypotheses, skipped, spent, stop = self.ask()
             stop_reason = spent or stop_reason

@@ -9,6 +9,7 @@ crash record itself is what the beliefs learn from. Pure: text in, reason out.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # Said by torch, transformers, accelerate and TRL when the device or the install lacks something.
 _FIXED = re.compile("|".join((
@@ -33,7 +34,7 @@ def fixed_reason(reason: str | None, stderr: str | None = None) -> str | None:
     return None
 
 
-def blamed(reason: str, changes: tuple | list) -> tuple[str, object] | None:
+def blamed(reason: str, changes: tuple[Any, ...] | list[Any]) -> tuple[str, object] | None:
     """Which one change of a hypothesis a machine-or-install crash is about: the only change, or, in a
     combination, the one whose value the reason names (`bf16` in "doesn't support bf16"). None where
     the reason names none of them: the combination's other changes stay untried, not refused."""

@@ -19,9 +19,9 @@ import math
 from typing import Any, Iterable
 
 from ..kb.claims import Claim
-from ..config.knobs import INTERACTIONS, Knobs, not_applicable
+from ..config.knobs import CATALOG_ORDER, INTERACTIONS, Knobs, not_applicable
 from .combine import repaired
-from .rank import (CATALOG_ORDER, EXPLORATION, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY, Hypothesis, _cost, _enabling,
+from .rank import (EXPLORATION, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY, Hypothesis, _cost, _enabling,
                    _weight, key)
 
 # INTERACTIONS: pairs whose effects depend on each other, from each knob's `interacts` in the table.
@@ -63,7 +63,7 @@ def lost(record: dict[str, Any]) -> bool:
     """Did this trial measure its change slower than its incumbent beyond the noise floor?"""
     state = record.get("replayed_state") or record["state"]
     interval, floor = record.get("interval"), record.get("noise_floor") or 0.0
-    return state == "complete" and record["decision"] == "discard" and bool(interval) and interval[1] < 1 - floor
+    return state == "complete" and record["decision"] == "discard" and bool(interval) and interval[1] < 1 - floor  # type: ignore[index]  # bool(interval): not None
 
 
 def refuted(hypothesis: Hypothesis, incumbent: Knobs, records: list[dict[str, Any]],
@@ -118,7 +118,7 @@ def combined_kept(records: list[dict[str, Any]]) -> tuple[Knobs, dict[str, Any]]
     return before, record
 
 
-def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple], device: dict[str, Any],
+def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple[Any, ...]], device: dict[str, Any],
             effective_batch: int, claims: Iterable[Claim] = (), features: dict[str, Any] | None = None) -> list[Hypothesis]:
     """After a combined change was kept (a warm start, a pooled change), each of its parts undone on
     its own: it was judged only together with the others, and one of them may cost here what the
@@ -179,7 +179,7 @@ def undo_score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], fea
 
 
 def undecided_pair(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
-                   measured: set[tuple]) -> tuple[tuple[tuple[str, Any], ...], tuple[float, float]] | None:
+                   measured: set[tuple[Any, ...]]) -> tuple[tuple[tuple[str, Any], ...], tuple[float, float]] | None:
     """The two best single changes on this incumbent that the noise left undecided (none lost beyond
     the noise floor, `lost`), made together; with their ratios. Where the model of
     all trials expects too little of any config to clear the floor, its additive view of two such

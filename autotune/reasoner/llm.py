@@ -164,7 +164,7 @@ def _past_limit(schema: dict[str, Any], name: str, index: int) -> str | None:
 
 
 def read_answer(text: str, model: str, incumbent: Knobs, device: dict[str, Any], effective_batch: int,
-                measured: set[tuple], claims: list[Claim], features: dict[str, Any]) -> Proposal:
+                measured: set[tuple[Any, ...]], claims: list[Claim], features: dict[str, Any]) -> Proposal:
     """Check an answer item by item; what passes becomes hypotheses and claims. Pure."""
     proposal = Proposal()
     try:
@@ -180,7 +180,7 @@ def read_answer(text: str, model: str, incumbent: Knobs, device: dict[str, Any],
         proposal.state, proposal.error = "failed", f"the answer {wrong}"
         proposal.reject(json.dumps(answer)[:200], proposal.error)
         return proposal
-    seen: set[tuple] = set()
+    seen: set[tuple[Any, ...]] = set()
     for index, item in enumerate(answer["hypotheses"]):
         label = f"hypotheses[{index}]: {json.dumps(item)}"
         why = _schema_errors(schema["properties"]["hypotheses"]["items"], item) or _past_limit(schema, "hypotheses", index)
@@ -193,8 +193,8 @@ def read_answer(text: str, model: str, incumbent: Knobs, device: dict[str, Any],
             elif after in seen:
                 why = "the same change as an earlier proposal"
             seen.add(after)
-        if why:
-            proposal.reject(label, why)
+        if why or hypothesis is None:
+            proposal.reject(label, why or "no change made")
         else:
             proposal.hypotheses.append(hypothesis)
     known = {c.id for c in claims}
@@ -204,8 +204,8 @@ def read_answer(text: str, model: str, incumbent: Knobs, device: dict[str, Any],
         claim, why = (None, why) if why else _claim(item, model, features)
         if claim is not None and claim.id in known:
             why = f"the knowledge base already holds it as {claim.id}"
-        if why:
-            proposal.reject(label, why)
+        if why or claim is None:
+            proposal.reject(label, why or "no claim made")
         else:
             known.add(claim.id)
             proposal.claims.append(claim)
@@ -297,7 +297,7 @@ class LLMProposer:
         return self._client
 
     def propose(self, context: dict[str, Any], incumbent: Knobs, device: dict[str, Any], effective_batch: int,
-                measured: set[tuple], claims: list[Claim], features: dict[str, Any]) -> Proposal:
+                measured: set[tuple[Any, ...]], claims: list[Claim], features: dict[str, Any]) -> Proposal:
         started = time.monotonic()
         try:
             response = self.client().chat.completions.create(**request(self.settings.model, context))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ..kb.claims import Claim, change_value
 # CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
@@ -76,7 +76,7 @@ class Hypothesis:
 MAX_JUMP = 8
 
 
-def _values(knob: str, listed: tuple, incumbent: Knobs, effective_batch: int,
+def _values(knob: str, listed: tuple[Any, ...], incumbent: Knobs, effective_batch: int,
             features: dict[str, Any]) -> Iterable[Any]:
     if CATALOG[knob].vision and not features.get("vlm"):
         return ()
@@ -105,7 +105,7 @@ def _largest_fitting(micro: int, options: list[int], headroom: float | None) -> 
     return larger[-1] if larger else None
 
 
-def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple],
+def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple[Any, ...]],
          claims: Iterable[Claim] = (), features: dict[str, Any] | None = None,
          blocked: Iterable[str] = ()) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
     """Untried changes, best first, and the (change, why not) of those that cannot apply here.
@@ -153,7 +153,7 @@ def _cost(knob: str, p_helps: float, ratio: float = UNKNOWN_RATIO) -> float:
     return trial_cost(knob, p_helps, ratio)  # reasoner/cost.py: runs to decide it, compile time
 
 
-def _combine(claims: list[Claim], against: list[Claim] = ()) -> tuple[float, float, float]:
+def _combine(claims: list[Claim], against: Sequence[Claim] = ()) -> tuple[float, float, float]:
     """P(helps), expected ratio if it helps, and uncertainty, from the matching claims (and the claims
     that say the change needs another made with it here, which count as saying it does not help alone)."""
     if not claims and not against:
@@ -179,7 +179,7 @@ def _when(claim: Claim, features: dict[str, Any]) -> str:
     return "when " + ", ".join(clauses) if clauses else "always"
 
 
-def _why(claims: list[Claim], features: dict[str, Any], against: list[Claim] = ()) -> str:
+def _why(claims: list[Claim], features: dict[str, Any], against: Sequence[Claim] = ()) -> str:
     if not claims and not against:
         return "no claim speaks of this change for this job: tried to find out"
     parts = []
@@ -197,7 +197,7 @@ def _why(claims: list[Claim], features: dict[str, Any], against: list[Claim] = (
 
 
 def _scored(knob: str, value: Any, matched: list[Claim], features: dict[str, Any], order: int,
-            also: tuple[tuple[str, Any], ...] = (), against: list[Claim] = (), steps: float = 1.0) -> Hypothesis:
+            also: tuple[tuple[str, Any], ...] = (), against: Sequence[Claim] = (), steps: float = 1.0) -> Hypothesis:
     p, ratio, uncertainty = _combine(matched, against)
     ratio = ratio ** steps
     optimistic = min(1.0, p + EXPLORATION * uncertainty)
@@ -251,7 +251,7 @@ def _enabling(claim: Claim) -> str | None:
     return next((change for kind, change in claim.relations if kind == "enables"), None)
 
 
-def _enabled(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple],
+def _enabled(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple[Any, ...]],
              claims: list[Claim], features: dict[str, Any], blocked: set[str]) -> list[Hypothesis]:
     """Combined changes: a change a claim says enables another (checkpointing -> a larger micro-batch)
     made together with it, when the claim matches here or the enabled change already did not fit."""
@@ -297,7 +297,7 @@ def _target_value(knob: str, text: str, incumbent: Knobs, effective_batch: int) 
 
 
 def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
-           measured: set[tuple]) -> Hypothesis | None:
+           measured: set[tuple[Any, ...]]) -> Hypothesis | None:
     """Once every single change has been tried: those that measured faster than this incumbent but
     within the noise floor, made together. Gains each too small to tell from noise can add up to one
     that is not; measured together, the combination is judged like any change.
@@ -331,5 +331,5 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
                       "they may clear it", p_helps=0.5, expected_ratio=gain, also=tuple(rest), source="pooled")
 
 
-def key(knobs: Knobs) -> tuple:
+def key(knobs: Knobs) -> tuple[Any, ...]:
     return tuple(sorted(knobs.to_dict().items()))

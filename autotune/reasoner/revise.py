@@ -164,7 +164,7 @@ def _preference(name: str) -> tuple[int, str]:
 
 
 def _cuts(name: str, evidence: tuple[Evidence, ...]) -> list[tuple[Clause, Clause]]:
-    values = [e.features.get(name) for e in evidence if e.features.get(name) is not None]
+    values: list[Any] = [e.features.get(name) for e in evidence if e.features.get(name) is not None]
     if not values:
         return []
     numeric = name in NUMERIC and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

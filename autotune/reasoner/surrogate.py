@@ -25,10 +25,10 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..kb.claims import Claim
-from ..config.knobs import CATALOG, Knobs, divisors
+from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors
 from .combine import repaired
 from .links import incumbents, linked
-from .rank import CATALOG_ORDER, Hypothesis, key, score
+from .rank import Hypothesis, key, score
 
 MAIN_SD = 0.3           # prior spread of a knob value's log effect (x0.74 .. x1.35 at one sd)
 PAIR_SD = 0.15          # prior spread of an interaction term of linked knobs (at least)
@@ -42,9 +42,9 @@ PAIR_SDS = (0.03, 0.1, 0.2, 0.3)
 MIN_SD = 0.01           # no measurement is trusted beyond 1% (the interval of a few steps)
 
 
-def space(incumbent: Knobs, effective_batch: int, features: dict[str, Any]) -> dict[str, list]:
+def space(incumbent: Knobs, effective_batch: int, features: dict[str, Any]) -> dict[str, list[Any]]:
     """The values each knob may take: the catalog's, every micro-batch that divides the batch."""
-    values: dict[str, list] = {}
+    values: dict[str, list[Any]] = {}
     for knob, listed in CATALOG_ORDER:
         if CATALOG[knob].vision and not features.get("vlm"):
             continue
@@ -57,7 +57,7 @@ class Model:
     """Terms: (knob, value) for values other than the user's, and ((k1, v1), (k2, v2)) for pairs of
     knobs both moved off the user's values (linked pairs with the wider prior)."""
 
-    def __init__(self, start: Knobs, values: dict[str, list], claims: list[Claim], features: dict[str, Any]) -> None:
+    def __init__(self, start: Knobs, values: dict[str, list[Any]], claims: list[Claim], features: dict[str, Any]) -> None:
         self.start = start
         self.mains = [(k, v) for k, vs in values.items() for v in vs if v != getattr(start, k)]
         self.pairs_of = {frozenset((a, b)) for a in values for b in linked(a, claims) if b in values and b != a}
@@ -140,7 +140,7 @@ class Model:
 
 
 def proposals(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str, Any], effective_batch: int,
-              measured: set[tuple], claims: Iterable[Claim] = (), features: dict[str, Any] | None = None,
+              measured: set[tuple[Any, ...]], claims: Iterable[Claim] = (), features: dict[str, Any] | None = None,
               reach: int = 2) -> list[Hypothesis]:
     """Every config one or two changes from the incumbent that applies here and was not measured,
     best expected improvement first (its `score`; `expected_ratio` the expected gain)."""
@@ -151,7 +151,7 @@ def proposals(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str,
                   claims, features)
     used = model.fit(records)
     singles = [(k, v) for k, vs in values.items() for v in vs if v != getattr(incumbent, k)]
-    found: dict[tuple, Hypothesis] = {}
+    found: dict[tuple[Any, ...], Hypothesis] = {}
     for size in range(1, reach + 1):
         for combo in itertools.combinations(singles, size):
             if len({k for k, _ in combo}) < size:

@@ -7,7 +7,7 @@ at workloads/KIND/runner.py, which engine.runner_module finds from the kind's na
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
@@ -31,9 +31,8 @@ class RunPlace:
 
     runs: Path
     locked: Callable[[], ContextManager[Path]] | None = None
-    # Undoes what `locked()` made (the run folder, the runs folder) when the job is then refused: a
-    # refused job leaves nothing behind, as one refused before the probe does.
-    forget: Callable[[], None] | None = None
+    made: list[Path] = field(default_factory=list)   # folders `locked()` made, for the caller to take back
+    stamps: dict[Path, Any] = field(default_factory=dict)   # the times of the folder holding them, as they were
 
 
 Builder = Callable[[str, dict[str, str], bool, RunPlace], Job]
@@ -79,13 +78,7 @@ def job_from_words(run: str, words: list[str], place: RunPlace | None = None) ->
     smoke = "smoke" in modes
     for kind in KINDS:
         if kind.takes(pairs):
-            place = place or RunPlace(Path("runs"))
-            try:
-                return kind.build(run, pairs, smoke, place), modes
-            except JobError:
-                if place.forget is not None:
-                    place.forget()
-                raise
+            return kind.build(run, pairs, smoke, place or RunPlace(Path("runs"))), modes
         stray = [key for key in kind.own_keys if key in pairs]
         if stray:
             raise JobError(f"{', '.join(stray)} go with {_WITH[kind.name]}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.replay import ReplayExecutor, Table
-from bench.search import ratio_at, runs_to_best, trials_to_best
+from bench.search import against_best_peer, best_peer, ratio_at, runs_to_best, seconds_to_best, trials_to_best
 from bench.strategies import PEERS, Trace, autotune_search, learn_from
 from bench.workloads import WORKLOADS, configs
 
@@ -49,13 +49,17 @@ def test_each_peer_measures_only_the_tables_configs_and_picks_the_best_it_saw(ta
         assert 0 < len(trace.picks) <= 16, name
         assert all(table.entry(pick) is not None for pick in trace.picks), name
         assert trace.runs == sorted(set(trace.runs)), name  # one run per trial, after the baseline's
+        # Device seconds: the recorded wall time of every run so far, the baseline's first.
+        assert len(trace.seconds) == len(trace.picks) and trace.seconds[0] > table.wall(table.start) > 0, name
+        assert all(b > a for a, b in zip(trace.seconds, trace.seconds[1:])), name
 
 
 def test_autotune_runs_unchanged_on_the_table_inside_its_grid(table):
     trace = autotune_search(table, 0, 6)
     assert trace.outside == 0  # never a config outside the table: one that no rule allows
     assert 0 < len(trace.picks) <= 6 and all(table.entry(p) is not None for p in trace.picks)
-    assert trace.runs[0] >= 4  # three baseline runs, then at least the screen of trial 1
+    assert trace.runs[0] >= 4  # three baseline runs, then at least the first run of trial 1
+    assert trace.seconds[0] >= 3 * table.wall(table.start)
     assert table.ratio(trace.picks[-1]) > 1.5
 
 
@@ -101,3 +105,20 @@ def test_the_warm_knowledge_base_holds_the_other_tables_runs_only(table, tmp_pat
 
     runs = Store(tmp_path / "kb").all("runs")
     assert sorted(r["job"]["run"] for r in runs) == sorted(f"bench-{t.name}" for t in others)
+
+
+def test_autotune_is_put_beside_the_peer_that_needed_the_fewest_device_runs(table):
+    rows = [{"table": "t", "noise": "0.5%", "strategy": name, "runs_to_95": runs, "seconds_to_95": secs}
+            for name, runs, secs in (("optuna TPE", 16, 120.0), ("DeepSpeed-like", 9, 60.0), ("random", math.inf, math.inf),
+                                     ("autotune cold", 8, 50.0), ("autotune warm", 6, 40.0))]
+    by = {r["strategy"]: r for r in rows}
+    assert best_peer(by)["strategy"] == "DeepSpeed-like"
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(against_best_peer(rows))
+    line = next(line for line in console.export_text().splitlines() if "DeepSpeed-like" in line)
+    assert "x0.89" in line and "x0.67" in line  # cold 8 of 9 runs, warm 6 of 9
+    best = max(table.configs, key=lambda k: table.speed(k) or 0)
+    trace = Trace(picks=[table.start, best], runs=[4, 6], seconds=[30.0, 41.0])
+    assert seconds_to_best(table, trace) == 41.0

@@ -9,9 +9,13 @@ from typing import Any
 from ...config.job import Job, ScriptJob
 from ...config.job_common import common_fields
 from ...config.job_keys import JOB_KEYS
+from ...config.inputs import check_not_special
 from ...config.job_values import whole
 from ...config.knobs import CATALOG
 from ...util.errors import JobError
+
+
+LAUNCHED_SMOKE_TIME_BUDGET_S = 285
 
 
 def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) -> Job:
@@ -25,6 +29,7 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
         raise JobError("realize= does not apply with script=: your script is the trainer, and its best config is "
                        "the settings for your files and flags; drop realize=")
     script = Path(pairs["script"]).expanduser()
+    check_not_special(script, f"script={pairs['script']}")
     if script.suffix != ".py" or not script.is_file():
         raise JobError(f"script={pairs['script']!r}: no such Python file; expected {JOB_KEYS['script']}")
     from .discover import parse_script
@@ -32,6 +37,7 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
     parse_script(script)  # bytes that are not Python (latin-1 without a coding line) stop here, in one line
     labels = tuple(p.strip() for p in pairs.get("script_configs", "").split(",") if p.strip())
     for label in labels:
+        check_not_special(Path(label).expanduser(), f"script_configs={label}")
         if not Path(label).expanduser().is_file():
             raise JobError(f"script_configs: no such file {label!r}; expected {JOB_KEYS['script_configs']}")
         if Path(label).suffix.lower() not in (".yaml", ".yml", ".json", ".py"):
@@ -54,6 +60,9 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
         if key in CATALOG or key == "gradient_accumulation_steps":
             raise JobError(f"{key}= with script=: the starting config is what your script's files say; "
                            "change it there")
+    if smoke and launcher and "time" not in pairs:
+        # Each run starts the launcher and a fresh interpreter under it: a smoke run gets five minutes.
+        pairs = {**pairs, "time": f"{LAUNCHED_SMOKE_TIME_BUDGET_S}s"}
     fields = common_fields(run, pairs, smoke)
     script_keys = dict(path=str(script.resolve()), args=" ".join(shlex.quote(a) for a in args),
                        launcher=" ".join(shlex.quote(w) for w in launcher))

@@ -23,6 +23,10 @@ def test_a_loader_batch_becomes_max_len_rows_with_labels_and_mask_to_match():
     x, y = worst.widen((ids, ids.roll(1, 1)))             # nanoGPT-style (X, Y) pairs
     assert x.shape == y.shape == (2, 16)
     assert worst.widen({"input_ids": torch.zeros(2, 16, dtype=torch.long)})["input_ids"].shape == (2, 16)
+    from transformers import BatchEncoding   # what transformers' collators hand over
+
+    encoded = worst.widen(BatchEncoding({"input_ids": ids, "labels": ids}))
+    assert encoded["input_ids"].shape == encoded["labels"].shape == (2, 16)
 
 
 def test_the_ceiling_counts_only_when_every_model_call_was_max_len_wide():
@@ -72,3 +76,16 @@ def test_phases_split_a_step_into_data_forward_backward_and_optimizer():
     assert totals["steps"] == 1 and weight.grad is not None
     assert totals["data_wait"] >= 0.02 and totals["optimizer"] >= 0.03 and totals["backward"] > 0
     assert sum(totals[p] for p in ("data_wait", "forward", "backward", "optimizer")) <= totals["step_total"] * 1.05
+
+
+def test_a_worst_case_peak_over_the_limit_ends_the_trial_oom():
+    import pytest
+
+    from autotune.engine.train import TrialFault
+    from autotune.workloads.script.stages import ceiling
+
+    job = {"max_len": 256, "mem_limit": 2**30, "mem_margin": 0.1}
+    assert ceiling({"kind": "cpu_peak_rss", "bytes": 2**29}, "cpu", job, 4)["fits"]
+    with pytest.raises(TrialFault) as fault:
+        ceiling({"kind": "cpu_peak_rss", "bytes": 2**30}, "cpu", job, 4)
+    assert fault.value.state == "oom" and "worst-case batch (4 x 256 tokens) peaks at 1.00 GiB" in fault.value.reason
