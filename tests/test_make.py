@@ -37,8 +37,10 @@ def clone(tmp_path):
 
 
 def make(folder: Path, *words: str) -> subprocess.CompletedProcess:
+    # Not the variables of a `make test` this suite may run under (MAKEFLAGS carries its PYTEST_ARGS=...).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
     done = subprocess.run(["make", "--no-print-directory", f"PYTHON={sys.executable}", *words], cwd=folder,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     return done
 
