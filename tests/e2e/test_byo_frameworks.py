@@ -125,3 +125,27 @@ def test_a_trial_with_torchrun_runs_the_script_inside_it(tmp_path):
     result = LocalExecutor(fork=False).run(spec, tmp_path / "trial", 300)
     assert result["state"] == "complete", (result.get("reason"), result.get("stderr_tail", "")[-2000:])
     assert result["measurement"]["observed"]["rows_per_micro_batch"] == 2
+
+
+@pytest.mark.parametrize("script, args, change", [
+    # accelerate reads the variable where no launcher sets it; Lightning the keyword in its Trainer(...)
+    # call, or the --trainer.precision flag after a LightningCLI's --config.
+    ("accel_train.py", ["--grad_accum", "1"], {"env": {"ACCELERATE_MIXED_PRECISION": "bf16"}}),
+    ("lightning_train.py", [], {"source_edits": [[["Trainer", "precision"], "bf16-mixed"],
+                                                 [["Trainer", "accumulate_grad_batches"], 1]]}),
+    ("lightning_cli.py", ["fit", "--config", "examples/byo_script/lightning_cli.yaml",
+                          "--trainer.accumulate_grad_batches=1", "--trainer.precision", "bf16-mixed"], {}),
+], ids=["accelerate_env", "lightning_trainer", "lightning_cli"])
+def test_bf16_reaches_the_model_the_way_each_framework_sets_it(tmp_path, monkeypatch, script, args, change):
+    from autotune.executors.local import LocalExecutor
+
+    shutil.copytree(EXAMPLES, tmp_path / "examples" / "byo_script")
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    spec = {"schema_version": 1, "kind": "probe", "runner": "script", "job": {"seed": 0, "smoke": True},
+            "knobs": {"precision": "bf16"},
+            "script": {"path": str(tmp_path / "examples" / "byo_script" / script), "cwd": str(tmp_path), "configs": [],
+                       "edits": {}, "args": args, "expect": {"precision": "bf16"}, "exclude": [], **change},
+            "flags": [], "measure_steps": 1, "warmup_max": 0, "workdir": str(tmp_path / "trial" / "work")}
+    result = LocalExecutor(fork=False).run(spec, tmp_path / "trial", 600)
+    assert result["state"] == "complete", (result.get("reason"), result.get("stderr_tail", "")[-2000:])
+    assert result["measurement"]["observed"]["compute_dtypes"] == ["bfloat16"]
