@@ -21,6 +21,7 @@ import math
 from typing import Any, Callable, Iterable
 
 from ..kb.claims import Claim
+from ..config.records import Source
 from ..config.knobs import Knobs
 from ..reasoner import Hypothesis, key, pooled
 from ..reasoner.links import WARM, combined_kept, incumbents, reverts, undecided_pair, unrefuted
@@ -84,7 +85,7 @@ def _undecided(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str
     shown = " and ".join(f"x{r:.3f}" for r in ratios)
     hypothesis = Hypothesis(knob, value, f"the two best changes the noise left undecided here ({shown}, each "
                             "interval holding 1), together: one trial before stopping", p_helps=0.5,
-                            expected_ratio=ratios[0] * ratios[1], also=tuple(rest), source="pooled")
+                            expected_ratio=ratios[0] * ratios[1], also=tuple(rest), source=Source.POOLED)
     return next(iter(allowed([hypothesis], [])[0]), None)
 
 
@@ -97,7 +98,7 @@ def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], me
     change on top of the warm start can reach it when it undoes several of the warm start's knobs."""
     kept = [record for _, record in incumbents(records) if record["decision"] == "keep"]
     # Once, in the trial right after the warm start: a check that lost leaves the warm start to the rest.
-    if len(kept) != 1 or kept[0] is not records[-1] or (kept[0].get("hypothesis") or {}).get("source") != "warm_start":
+    if len(kept) != 1 or kept[0] is not records[-1] or (kept[0].get("hypothesis") or {}).get("source") != Source.WARM_START:
         return None
     cold = first()
     if cold is None:
@@ -114,4 +115,4 @@ def warm_check(incumbent: Knobs, start: Knobs, records: list[dict[str, Any]], me
     (knob, value), *rest = changes
     return Hypothesis(knob, value, f"warm-start check: the config a cold search tries first ({cold.change} on your "
                       "config) against the warm start, another job's best", p_helps=cold.p_helps,
-                      expected_ratio=cold.expected_ratio, also=tuple(rest), source="warm_check")
+                      expected_ratio=cold.expected_ratio, also=tuple(rest), source=Source.WARM_CHECK)

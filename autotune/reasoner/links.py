@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 from ..kb.claims import Claim
 from ..config.knobs import CATALOG_ORDER, INTERACTIONS, Knobs, not_applicable
+from ..config.records import Source, TrialRecord
 from .combine import repaired
 from .rank import (EXPLORATION, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY, Hypothesis, _cost, _enabling,
                    _weight, key)
@@ -61,9 +62,7 @@ def incumbents(records: list[dict[str, Any]]) -> list[tuple[Knobs, dict[str, Any
 
 def lost(record: dict[str, Any]) -> bool:
     """Did this trial measure its change slower than its incumbent beyond the noise floor?"""
-    state = record.get("replayed_state") or record["state"]
-    interval, floor = record.get("interval"), record.get("noise_floor") or 0.0
-    return state == "complete" and record["decision"] == "discard" and bool(interval) and interval[1] < 1 - floor  # type: ignore[index]  # bool(interval): not None
+    return TrialRecord.from_dict(record).lost
 
 
 def refuted(hypothesis: Hypothesis, incumbent: Knobs, records: list[dict[str, Any]],
@@ -101,7 +100,7 @@ def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: list[dict
     return kept
 
 
-WARM = ("warm_start", "warm_check")
+WARM = (Source.WARM_START, Source.WARM_CHECK)
 
 
 def combined_kept(records: list[dict[str, Any]]) -> tuple[Knobs, dict[str, Any]] | None:
@@ -112,8 +111,8 @@ def combined_kept(records: list[dict[str, Any]]) -> tuple[Knobs, dict[str, Any]]
     if not kept:
         return None
     before, record = kept[-1]
-    source = (record.get("hypothesis") or {}).get("source")
-    if source not in (*WARM, "pooled") or "+" not in (record["change"] or ""):
+    trial = TrialRecord.from_dict(record)
+    if trial.source not in (*WARM, Source.POOLED) or not trial.combined:
         return None
     return before, record
 
@@ -141,7 +140,7 @@ def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple
         hypothesis = Hypothesis(knob, value, f"undo {knob} of the combined change kept in trial {record['trial']}: "
                                 f"it was measured only together with the others; {why}", p_helps=p,
                                 expected_ratio=ratio, cost=cost, score=score, claims=ids, also=changes[1:],
-                                source="revert")
+                                source=Source.REVERT)
         if key(hypothesis.apply(incumbent)) not in measured:
             out.append(hypothesis)
     return out
@@ -187,11 +186,10 @@ def undecided_pair(incumbent: Knobs, records: Iterable[dict[str, Any]], device: 
     fewer than two are undecided, their pair does not apply here or was measured."""
     best: dict[str, tuple[float, Any]] = {}
     for record in records:
-        state = record.get("replayed_state") or record["state"]
-        interval = record.get("interval")
-        if record["decision"] != "discard" or state != "complete" or not interval or "+" in (record["change"] or ""):
+        trial = TrialRecord.from_dict(record)
+        if trial.decision != "discard" or trial.outcome != "complete" or trial.interval is None or trial.combined:
             continue
-        if lost(record):
+        if trial.lost:
             continue
         diff = incumbent.diff(Knobs.from_dict(record["knobs"]))
         if len(diff) != 1:

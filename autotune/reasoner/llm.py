@@ -25,6 +25,7 @@ from typing import Any, Iterable
 from ..util.errors import JobError
 from ..kb.claims import INT_KNOBS, Claim, ConditionError, parse_condition
 from ..kb.features import NUMERIC, fingerprint
+from ..config.records import Source
 from ..config.knobs import CATALOG, Knobs, not_applicable, parse_knob_value
 from ..schemas import load
 from .rank import Hypothesis, key, score
@@ -234,7 +235,7 @@ def _hypothesis(item: dict[str, Any], model: str, incumbent: Knobs, device: dict
     (knob, value), *rest = changes
     scored = score(knob, value, incumbent, claims, features)
     reason = f"proposed by the LLM ({model}): {item['rationale'].strip()}; the beliefs: {scored.reason}"
-    return replace(scored, reason=reason, also=tuple(rest), source="llm"), None
+    return replace(scored, reason=reason, also=tuple(rest), source=Source.LLM), None
 
 
 def _claim(item: dict[str, Any], model: str, features: dict[str, Any]) -> tuple[Claim | None, str | None]:

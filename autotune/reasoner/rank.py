@@ -28,6 +28,7 @@ from typing import Any, Iterable, Sequence
 from ..kb.claims import Claim, change_value
 # CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
 from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable
+from ..config.records import Changes, Source, TrialRecord, change_text
 from .cost import trial_cost
 from .combine import repaired, together
 
@@ -46,15 +47,20 @@ class Hypothesis:
     score: float = 0.0
     claims: tuple[str, ...] = ()
     also: tuple[tuple[str, Any], ...] = ()
-    source: str = "rank"                 # rank | warm_start | warm_check | llm | pooled | model: who proposed it
+    source: Source = Source.RANK         # who proposed it (a word in records: rank, warm_start, ...)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, Source):  # a word, as older callers and records give it
+            object.__setattr__(self, "source", Source(self.source))
 
     @property
-    def changes(self) -> tuple[tuple[str, Any], ...]:
+    def changes(self) -> Changes:
+        """The single changes it makes, in order: one, or several for a combined change."""
         return ((self.knob, self.value),) + self.also
 
     @property
     def change(self) -> str:
-        return "+".join(f"{knob}={value}" for knob, value in self.changes)
+        return change_text(self.changes)
 
     @property
     def affects_memory(self) -> bool:
@@ -68,7 +74,7 @@ class Hypothesis:
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.change, "p_helps": round(self.p_helps, 4), "expected_ratio": round(self.expected_ratio, 4),
                 "cost": round(self.cost, 3), "score": round(self.score, 5), "claims": list(self.claims),
-                "rationale": self.reason, "source": self.source}
+                "rationale": self.reason, "source": self.source.value}
 
 
 # A jump in micro-batch goes at most this many times the incumbent's: memory per row is measured at
@@ -307,11 +313,11 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
     """
     best: dict[str, tuple[float, Any]] = {}
     for record in records:
-        state = record.get("replayed_state") or record["state"]
-        if record["decision"] != "discard" or state != "complete" or not record.get("ratio") or record["ratio"] <= 1:
+        trial = TrialRecord.from_dict(record)
+        if trial.decision != "discard" or trial.outcome != "complete" or not trial.ratio or trial.ratio <= 1:
             continue
         diff = incumbent.diff(Knobs.from_dict(record["knobs"]))
-        if len(diff) != 1 or "+" in (record["change"] or ""):
+        if len(diff) != 1 or trial.combined:
             continue
         (knob, (_, value)), = diff.items()
         if knob not in best or record["ratio"] > best[knob][0]:
@@ -328,7 +334,7 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
     (knob, value), *rest = changes
     shown = ", ".join(f"{k}={v} x{best[k][0]:.3f}" if k in best else f"{k}={v}" for k, v in changes)
     return Hypothesis(knob, value, f"each alone measured faster but within the noise floor ({shown}); together "
-                      "they may clear it", p_helps=0.5, expected_ratio=gain, also=tuple(rest), source="pooled")
+                      "they may clear it", p_helps=0.5, expected_ratio=gain, also=tuple(rest), source=Source.POOLED)
 
 
 def key(knobs: Knobs) -> tuple[Any, ...]:

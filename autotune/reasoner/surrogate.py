@@ -28,6 +28,7 @@ from ..kb.claims import Claim
 from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors
 from .combine import repaired
 from .links import incumbents, linked
+from ..config.records import Source, TrialRecord
 from .rank import Hypothesis, key, score
 
 MAIN_SD = 0.3           # prior spread of a knob value's log effect (x0.74 .. x1.35 at one sd)
@@ -98,8 +99,7 @@ class Model:
         """Condition on every complete trial's interleaved ratio; returns how many it used."""
         rows, ys, weights = [], [], []
         for incumbent, record in incumbents(records):
-            state = record.get("replayed_state") or record["state"]
-            if state != "complete" or not record.get("ratio") or not record.get("interval"):
+            if TrialRecord.from_dict(record).outcome != "complete" or not record.get("ratio") or not record.get("interval"):
                 continue
             low, high = record["interval"]
             sd = max(MIN_SD, (math.log(max(high, 1e-9)) - math.log(max(low, 1e-9))) / 3.92)
@@ -169,6 +169,6 @@ def proposals(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str,
             found[key(knobs)] = Hypothesis(
                 knob, value, f"model of all {used} trials so far: expected x{math.exp(mu):.3f} (sd {sd:.3f} in log), "
                 f"expected improvement x{math.exp(improvement):.4f}", p_helps=0.5 * math.erfc(-mu / sd / math.sqrt(2)),
-                expected_ratio=math.exp(mu), score=improvement, also=tuple(rest), source="model")
+                expected_ratio=math.exp(mu), score=improvement, also=tuple(rest), source=Source.MODEL)
     return sorted(found.values(), key=lambda h: -h.score)
 
