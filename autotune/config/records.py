@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..util.errors import RecordError
 
@@ -116,6 +116,10 @@ class TrialRecord:
         return dict(self.raw)
 
 
-def typed(records: Any) -> list[TrialRecord]:
+# A record as the reasoner takes it: typed, or as stored (converted on the way in).
+RecordLike = TrialRecord | Mapping[str, Any]
+
+
+def typed(records: Iterable[RecordLike]) -> list[TrialRecord]:
     """Records as TrialRecords, whether they come as stored dicts or typed already."""
     return [r if isinstance(r, TrialRecord) else TrialRecord.from_dict(r) for r in records]

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 from ..kb.claims import Claim, change_value
 # CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
 from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable
-from ..config.records import Changes, Source, TrialRecord, change_text
+from ..config.records import Changes, RecordLike, Source, change_text, typed
 from .cost import trial_cost
 from .combine import repaired, together
 
@@ -302,7 +302,7 @@ def _target_value(knob: str, text: str, incumbent: Knobs, effective_batch: int) 
     return text
 
 
-def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
+def pooled(incumbent: Knobs, records: Iterable[RecordLike], device: dict[str, Any], effective_batch: int,
            measured: set[tuple[Any, ...]]) -> Hypothesis | None:
     """Once every single change has been tried: those that measured faster than this incumbent but
     within the noise floor, made together. Gains each too small to tell from noise can add up to one
@@ -312,16 +312,15 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
     the incumbent in exactly the knob it changed), the best value per knob, those that apply together.
     """
     best: dict[str, tuple[float, Any]] = {}
-    for record in records:
-        trial = TrialRecord.from_dict(record)
-        if trial.decision != "discard" or trial.outcome != "complete" or not trial.ratio or trial.ratio <= 1:
+    for record in typed(records):
+        if record.decision != "discard" or record.outcome != "complete" or not record.ratio or record.ratio <= 1:
             continue
-        diff = incumbent.diff(Knobs.from_dict(record["knobs"]))
-        if len(diff) != 1 or trial.combined:
+        diff = incumbent.diff(Knobs.from_dict(record.knobs))
+        if len(diff) != 1 or record.combined:
             continue
         (knob, (_, value)), = diff.items()
-        if knob not in best or record["ratio"] > best[knob][0]:
-            best[knob] = (record["ratio"], value)
+        if knob not in best or record.ratio > best[knob][0]:
+            best[knob] = (record.ratio, value)
     # together(): a change that applied when it was added may not in the config they make at the end.
     ordered = [(knob, value) for knob, (_, value) in sorted(best.items(), key=lambda item: -item[1][0])]
     changes, current, gain = [], incumbent, 1.0
