@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from .executors.base import Executor
 from .config.job import Job
 from .loop.outcome import Outcome
+from .util.errors import JobError
 
 # AUTOTUNE_TEST_INJECT="3:oom,4:crash": a fault in a trial, for end-to-end tests of the states.
 INJECT_ENV = "AUTOTUNE_TEST_INJECT"
@@ -36,23 +37,55 @@ def run_place(runs_dir: str | Path, run: str) -> Any:
     from .workloads.jobs import RunPlace
 
     runs = Path(runs_dir)
+    made: list[Path] = []
+    stamps: dict[Path, Any] = {}
 
     @contextmanager
     def locked() -> Iterator[Path]:
         check_writable_folder(runs, f"--runs-dir {runs_dir}")
         folder = RunFolder(runs, run)
+        if not made:   # the folders this makes, and the time of the one holding them, to take back
+            made.extend(path for path in (runs, folder.path) if not path.exists())
+            parent = made[0].parent if made else None
+            stamps.update({parent: parent.stat()} if parent is not None and parent.is_dir() else {})
         with folder.locked():
             folder.check_new()
             yield folder.path.resolve()
 
-    return RunPlace(runs, locked)
+    return RunPlace(runs, locked, made, stamps)
+
+
+def _refused(place: Any, run: str) -> None:
+    """A job refused after a probe took its lock leaves no folder that the probe made (only the lock in
+    it), removed under the lock again so a tune that took it meanwhile keeps its own."""
+    from .output.records import RunFolder
+
+    if not place.made:
+        return
+    folder = RunFolder(place.runs, run)
+    try:
+        with folder.locked():
+            if folder.path in place.made and [p.name for p in folder.path.iterdir()] == [".lock"]:
+                (folder.path / ".lock").unlink()
+                for path in reversed(place.made):
+                    if path.is_dir() and not any(path.iterdir()):
+                        path.rmdir()
+                for path, stat in place.stamps.items():   # as it was: nothing of the user's changed
+                    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    except (OSError, JobError):
+        pass   # in use or gone: nothing of ours to remove
 
 
 def job_from_words(run: str, words: list[str], runs_dir: str | Path = "runs") -> tuple[Job, list[str]]:
     """The job and the mode words of `autotune tune RUN key=value ...` (`runs_dir`: where runs/RUN goes)."""
     from .workloads import jobs
 
-    return jobs.job_from_words(run, words, run_place(runs_dir, run))
+    place = run_place(runs_dir, run)
+    try:
+        return jobs.job_from_words(run, words, place)
+    except JobError:
+        _refused(place, run)
+        raise
 
 
 def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs") -> Job:
@@ -60,7 +93,12 @@ def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs")
     passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
     from .workloads import jobs
 
-    return jobs.job_from_dict(run, keys, run_place(runs_dir, run))
+    place = run_place(runs_dir, run)
+    try:
+        return jobs.job_from_dict(run, keys, place)
+    except JobError:
+        _refused(place, run)
+        raise
 
 
 def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "runs", fresh: bool = False,

@@ -93,8 +93,11 @@ def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
 def fits(measurement: dict[str, Any]) -> str:
     """A kept change's note on its worst-case batch, where its first run measured one."""
     ceiling = measurement.get("ceiling")
-    return (f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
-            if ceiling else "")
+    if not ceiling:
+        # A script whose batches never reached its model at max_len: said, not passed over in silence.
+        unchecked = measurement.get("ceiling_unchecked")
+        return f"; worst-case batch not checked: {unchecked}" if unchecked else ""
+    return f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
 
 
 def min_gain(job: Any) -> float:

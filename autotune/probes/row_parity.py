@@ -16,6 +16,9 @@ is judged against the baseline's by what it did to the rows and to their losses:
   `get_batch`: every row of one length, as many rows, none repeated): the mean loss at the initial
   weights and after one update against the spread of the baseline's rows (each row an independent draw,
   which is what the baseline's repeated runs would spread by): the check is statistical, and says so;
+- other rows where the script's own sampler says so: a library's sampler (transformers' LengthGroupedSampler,
+  torch's RandomSampler) that hands out each row of the same data set once an epoch in both runs, and no
+  row cut short or joined: an order change, judged on the rows both first steps hold;
 - other rows otherwise: dropped, duplicated, truncated, concatenated or new rows, named, refused.
 """
 
@@ -29,6 +32,8 @@ from typing import Any
 # change fails it about once in 15,000 steps compared (two-sided normal tail at 4).
 Z = 4.0
 _SAME_WEIGHT = 1e-9
+_SAID = {"dropped": "dropped", "duplicated": "duplicated", "truncated": "truncated",
+         "joined": "concatenated with others", "unseen": "not among the baseline's"}
 
 
 def compare(baselines: list[dict[str, Any]], candidate: dict[str, Any], tol: float,
@@ -40,7 +45,15 @@ def compare(baselines: list[dict[str, Any]], candidate: dict[str, Any], tol: flo
         return _same_rows(base, candidate, tol, strict)
     if _random_windows(base["rows"], candidate["rows"]):
         return _statistical(baselines, candidate, tol)
-    return _other_rows(base["rows"], candidate["rows"], candidate.get("steps"), tol)
+    changes = _row_changes(base["rows"], candidate["rows"])
+    order = candidate.get("order") or {}
+    if (order.get("permutation") and (base.get("order") or {}).get("permutation")
+            and order.get("rows") == base["order"].get("rows") and not changes["truncated"] and not changes["joined"]):
+        return _sampler_order(base, candidate, tol, order)
+    parts = [f"{n} {_SAID[what]}" for what, n in changes.items() if n > 0]
+    return _result(False, "rows", None, tol,
+                   f"the rows differ from the baseline's over the {candidate.get('steps')} compared steps (rows "
+                   f"{', '.join(parts)}): this change trains on other data, it trains something else")
 
 
 def _counts(rows: dict[str, Any]) -> dict[str, int]:
@@ -168,20 +181,31 @@ def _length(rows: dict[str, Any]) -> int:
     return next(iter(rows["rows"].values()))[1]
 
 
-def _other_rows(base: dict[str, list], cand: dict[str, list], steps: int | None, tol: float) -> dict[str, Any]:
+def _row_changes(base: dict[str, list], cand: dict[str, list]) -> dict[str, int]:
+    """How many rows were dropped, duplicated, truncated, joined (concatenated) or unseen by the baseline."""
     ours = Counter({key: entry[0] for key, entry in base.items()})
     theirs = Counter({key: entry[0] for key, entry in cand.items()})
     missing, extra = ours - theirs, theirs - ours
-    duplicated = sum(n for key, n in extra.items() if key in ours)
     gone = {base[key][2]: base[key][1] for key in missing if key not in theirs}
     new = [cand[key] for key in extra if key not in ours]
     truncated = sum(1 for entry in new if entry[2] in gone and entry[1] < gone[entry[2]])
     joined = sum(1 for entry in new if entry[2] in gone and entry[1] > gone[entry[2]])
-    dropped = sum(missing.values()) - truncated - joined
-    unseen = len(new) - truncated - joined
-    parts = [f"{n} {what}" for n, what in ((dropped, "dropped"), (duplicated, "duplicated"), (truncated, "truncated"),
-                                           (joined, "concatenated with others"), (unseen, "not among the baseline's"))
-             if n > 0]
-    return _result(False, "rows", None, tol,
-                   f"the rows differ from the baseline's over the {steps} compared steps (rows {', '.join(parts)}): "
-                   "this change trains on other data, it trains something else")
+    return {"dropped": sum(missing.values()) - truncated - joined,
+            "duplicated": sum(n for key, n in extra.items() if key in ours),
+            "truncated": truncated, "joined": joined, "unseen": len(new) - truncated - joined}
+
+
+def _sampler_order(base: dict[str, Any], cand: dict[str, Any], tol: float, order: dict[str, Any]) -> dict[str, Any]:
+    """Other rows in the compared steps, from a library sampler that hands out each row of the data set
+    once an epoch in both runs: an order change, judged on the first step's rows both runs hold."""
+    first, matched = _worst(base["step1"], cand["step1"])
+    said = (f"data order changed: the script's own sampler ({order.get('sampler')}) hands out each of the "
+            f"{order.get('rows')} rows once an epoch, in another order")
+    if first > tol:
+        return _result(False, "objective", first, tol,
+                       f"per-row losses differ by {first:.2e} > tolerance {tol:.0e} at the initial weights on the "
+                       f"{matched} rows both first steps hold: this change trains something else; {said}")
+    seen = (f"{matched} rows of the first step matched at the initial weights, within {first:.2e} (tolerance {tol:.0e})"
+            if matched else "no row of the first step was in the baseline's first step, so no loss was compared")
+    return _result(True, "order", first if matched else None, tol,
+                   f"{said}; {seen}; the second step follows another first update, so it is not compared")

@@ -188,14 +188,29 @@ def helpers() -> set[int]:
     return {p for p in pids if p}
 
 
-def stop_helpers() -> None:
+def stop_helpers(wait_s: float = 5.0) -> None:
     """Stop the fork server and the resource tracker this process started: they hold the caller's
     stdout, so `autotune tune ... | tee log` would not end while they live. Only for a process about to
-    exit (the CLI's entry point): a library caller's next tune would start them again."""
+    exit (the CLI's entry point): a library caller's next tune would start them again. Each is asked to
+    stop (its pipe closed) and killed if it has not within `wait_s` (the tracker waits for every holder
+    of its pipe, and one left by a trial would keep it forever)."""
+    import threading
     from multiprocessing import forkserver, resource_tracker
 
-    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
-        try:
-            helper._stop()
-        except (OSError, AttributeError, ChildProcessError):
-            pass
+    for helper, pid_name in ((forkserver._forkserver, "_forkserver_pid"), (resource_tracker._resource_tracker, "_pid")):
+        pid = getattr(helper, pid_name, None)
+        if not pid:
+            continue
+
+        def stop(helper: object = helper) -> None:
+            try:
+                helper._stop()  # type: ignore[attr-defined]
+            except (OSError, AttributeError, ChildProcessError):
+                pass
+
+        stopping = threading.Thread(target=stop, name="autotune-stop-helper", daemon=True)
+        stopping.start()
+        stopping.join(wait_s)
+        if stopping.is_alive():
+            _kill([pid])
+            stopping.join(wait_s)

@@ -7,7 +7,7 @@ at workloads/KIND/runner.py, which engine.runner_module finds from the kind's na
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
@@ -31,6 +31,8 @@ class RunPlace:
 
     runs: Path
     locked: Callable[[], ContextManager[Path]] | None = None
+    made: list[Path] = field(default_factory=list)   # folders `locked()` made, for the caller to take back
+    stamps: dict[Path, Any] = field(default_factory=dict)   # the times of the folder holding them, as they were
 
 
 Builder = Callable[[str, dict[str, str], bool, RunPlace], Job]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -136,7 +137,8 @@ def test_a_length_grouping_switch_is_an_order_change_kept_by_parity(tmp_path, mo
     assert trial["change"] == "group_by_length=True" and trial["state"] == "complete", trial["reason"]
     # The same rows over every compared step, in another order and other micro-batches: parity holds.
     assert trial["parity"]["ok"] and trial["parity"]["kind"] in ("same", "weighting"), trial["parity"]
-    assert "data order changed: the same 144 rows over the 9 compared steps" in trial["parity"]["reason"]
+    said = re.search(r"data order changed: the same (\d+) rows over the (\d+) compared steps", trial["parity"]["reason"])
+    assert said and int(said[1]) == 16 * int(said[2]), trial["parity"]["reason"]   # every row of every step
     if trial["decision"] == "keep":
         assert "data order changed" in trial["reason"]
         assert "data order changed" in (tmp_path / "runs" / "grouped" / "report.md").read_text()
@@ -149,8 +151,10 @@ def test_a_grouping_that_drops_rows_is_refused_with_what_it_did(tmp_path, monkey
     trial = trials[1]
     assert trial["change"] == "group_by_length=True" and trial["decision"] == "discard"
     assert not trial["parity"]["ok"] and trial["parity"]["kind"] == "rows"
-    assert trial["reason"].startswith("the rows differ from the baseline's over the 9 compared steps (rows 9 dropped, "
-                                      "9 duplicated)")
+    # One row of each step dropped, another twice.
+    said = re.match(r"the rows differ from the baseline's over the (\d+) compared steps \(rows (\d+) dropped, "
+                    r"(\d+) duplicated\)", trial["reason"])
+    assert said and said[1] == said[2] == said[3], trial["reason"]
 
 
 def test_random_windows_under_another_micro_batch_are_checked_statistically(tmp_path, monkeypatch):
@@ -211,3 +215,17 @@ def test_trls_installed_sft_script_is_tuned_from_its_own_defaults(tmp_path, monk
     report = (tmp_path / "runs" / "sft" / "report.md").read_text()
     assert "sft.yaml:activation_checkpointing (default) = True -> gradient_checkpointing" in report
     assert hashlib.sha256(sft.read_bytes()).hexdigest() == before     # the installed script is never written
+
+
+def test_a_grouping_switch_no_name_covers_is_confirmed_by_the_rows_it_reorders(tmp_path, monkeypatch):
+    # `sort_by_len` is in no name table; it sorts each step's rows, so consecutive micro-batches jump back
+    # at every step's start: the probe runs see the same rows in another order, padded less.
+    from autotune import job_from_words
+
+    (tmp_path / "group.py").write_text(GROUPED.replace('cfg["group_by_length"]', 'cfg["sort_by_len"]'))
+    (tmp_path / "group.yaml").write_text("batch_size: 4\ngrad_accum: 4\nmax_len: 128\npadding: longest\n"
+                                         "sort_by_len: false\ndrop_short: false\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    job, _ = job_from_words("probed", ["script=group.py", "script_configs=group.yaml", "smoke"])
+    assert job.script.knobs == ("sort_by_len:group_by_length:probed",)

@@ -94,6 +94,7 @@ def test_a_trial_ends_every_process_its_script_started_and_its_temporary_files(t
     assert Path(note.read_text()).is_relative_to(trial / "tmp") and not (trial / "tmp").exists()
 
 
+@pytest.mark.slow
 def test_the_command_piped_to_a_reader_reaches_the_end_with_nothing_left(tmp_path):
     folder, pids, _ = project(tmp_path)
     command = Path(sys.executable).with_name("autotune")

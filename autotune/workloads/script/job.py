@@ -14,6 +14,9 @@ from ...config.knobs import CATALOG
 from ...util.errors import JobError
 
 
+LAUNCHED_SMOKE_TIME_BUDGET_S = 285
+
+
 def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) -> Job:
     """A job that runs the user's script: knobs, length and batch come from its configs and flags; the
     probe runs, where wanted, go in the run folder, under its lock (`place`, a workloads.jobs.RunPlace)."""
@@ -47,8 +50,6 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
     from . import launch, names, tree
 
     launcher = launch.parse(pairs.get("script_launcher", ""))
-
-    launcher = launch.parse(pairs.get("script_launcher", ""))
     own_names = names.parse(pairs["script_knobs"]) if "script_knobs" in pairs else ()
     max_len = whole("max_len", pairs["max_len"], 8) if "max_len" in pairs else None
     effective = whole("effective_batch", pairs["effective_batch"], 1) if "effective_batch" in pairs else None
@@ -56,6 +57,9 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
         if key in CATALOG or key == "gradient_accumulation_steps":
             raise JobError(f"{key}= with script=: the starting config is what your script's files say; "
                            "change it there")
+    if smoke and launcher and "time" not in pairs:
+        # Each run starts the launcher and a fresh interpreter under it: a smoke run gets five minutes.
+        pairs = {**pairs, "time": f"{LAUNCHED_SMOKE_TIME_BUDGET_S}s"}
     fields = common_fields(run, pairs, smoke)
     script_keys = dict(path=str(script.resolve()), args=" ".join(shlex.quote(a) for a in args),
                        launcher=" ".join(shlex.quote(w) for w in launcher))

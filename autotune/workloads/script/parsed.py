@@ -106,9 +106,11 @@ class Watch:
         self._undo.clear()
 
 
-def parse(spec: dict[str, Any], build_workdir: Any) -> dict[str, Any]:
-    """The runner's `kind=parse`: the script run until its parser returns, in the trial's mirror of the
-    user's folder (`build_workdir`, the runner's); what that returned."""
+def parse(spec: dict[str, Any]) -> dict[str, Any]:
+    """The runner's `kind=parse`: the script run until its parser returns, in a copy of the user's
+    folder as a trial's; what that returned."""
+    from .workdir import build_workdir
+
     mirror, script, argv, _ = build_workdir(spec)
     watch = Watch().install()
     old_argv, old_path, old_cwd = sys.argv, list(sys.path), os.getcwd()

@@ -11,7 +11,8 @@ micro-batch: doubled; a switch: flipped), for three optimizer steps, on this mac
 only when the hooks see the change: as many micro-batches per optimizer step, or as many rows per
 micro-batch, as the edit said; for a switch, against one unchanged run: fp32 one way and bf16 (or
 fp16) the other, which also says which precision it stands for; consecutive micro-batches at most
-half as far apart in length (the row order of length grouping); or rows concatenated, every batch full
+half as far apart in length, or the same rows in another order with less padding (the row order of
+length grouping); or rows concatenated, every batch full
 width with no padding (packing, which is read and never tried). A confirmed name joins the job's `script_knobs` marked
 `probed`, which the listing names; anything else stays as it was, and the one line that says what was
 not understood still gives the `script_knobs=` way out.
@@ -95,7 +96,13 @@ def _run(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Pa
     result = LocalExecutor().run(spec, folder, PROBE_TIMEOUT_S)
     measurement = result.get("measurement") or result.get("measurement_rejected") or {}
     seen = measurement.get("observed")
-    return {**seen, "padding_share": (measurement.get("data") or {}).get("padding_share")} if seen else None
+    if not seen:
+        return None
+    rows = measurement.get("parity_rows") or {}
+    # The rows by content and their order (rows.py): a grouping within each step keeps the one, not the other.
+    return {**seen, "padding_share": (measurement.get("data") or {}).get("padding_share"),
+            "rows": {key: entry[0] for key, entry in (rows.get("rows") or {}).items()} or None,
+            "sequence": [key for split in rows.get("splits") or [] for micro in split for key in micro] or None}
 
 
 def _found(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path, own: tuple[str, ...],
@@ -163,7 +170,13 @@ def _seen_doing(role: str, on: dict[str, Any] | None, off: dict[str, Any] | None
         return False
     if role == "group_by_length":
         grouped, own = on.get("length_jumps"), off.get("length_jumps")
-        return grouped is not None and bool(own) and grouped <= GROUPED_JUMPS * own
+        if grouped is not None and bool(own) and grouped <= GROUPED_JUMPS * own:
+            return True
+        # Or the same rows in another order, padded less: rows grouped within each step, whose jumps
+        # back at every step's start can hide the order inside it.
+        return (on.get("rows") is not None and on.get("rows") == off.get("rows")
+                and on.get("sequence") != off.get("sequence")
+                and (on.get("padding_share") or 0) < (off.get("padding_share") or 0))
     # Packing: rows concatenated (position_ids restarting inside a row), or every batch full width with
     # no padding at all where the same script padded without it.
     def packs(seen: dict[str, Any]) -> bool:

@@ -6,6 +6,12 @@ the steps a trial runs (parity, warm-up, measured: the same count in every trial
 counts each row and keeps its length and the hash of its first tokens, which is what names a row that
 was cut short or joined to another (probes/row_parity.py). For the two parity steps it also keeps each
 micro-batch's rows in order: the split that the script's per-micro-batch mean weighs rows by.
+
+The first DataLoader the script iterates before its first optimizer step is read too: where its sampler
+is a library's (torch, transformers, accelerate, TRL: iterating one changes nothing but the random
+state, which is put back), its indices for one epoch say whether it hands out every row of the data set
+once. That is "the script's own sampler says so" of an order change whose first steps hold other rows
+(transformers' LengthGroupedSampler under `train_sampling_strategy: group_by_length`).
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from typing import Any
 
 from ...config.messages import PARITY_STEPS
 
+_LIBRARIES = ("torch.", "transformers.", "accelerate.", "trl.")
+_MOST_ROWS = 5_000_000   # a larger data set's sampler is not walked (its epoch would cost seconds)
 KEY_CHARS = 16    # hex digits of a row's key: 64 bits, no collision in any run's rows
 _HEAD_TOKENS = 8  # a row's first tokens: the same head and another length is the row truncated or joined
 
@@ -27,6 +35,7 @@ class Census:
     def __init__(self) -> None:
         self.rows: dict[str, list[Any]] = {}              # key -> [count, tokens, head]
         self.splits: list[list[list[str]]] = [[] for _ in range(PARITY_STEPS)]
+        self.order: dict[str, Any] | None = None          # what the first loader's sampler hands out
 
     def add(self, step: int, keyed: list[tuple[str, slice, int]], ids: Any) -> None:
         """One model call in optimizer step `step` (1-based): its rows, keyed as runner._row_keys keys them."""
@@ -46,4 +55,68 @@ class Census:
         if not losses.get("step1"):
             return None
         return {"step1": dict(losses["step1"]), "step2": dict(losses.get("step2") or {}),
-                "splits": self.splits, "rows": self.rows, "steps": steps}
+                "splits": self.splits, "rows": self.rows, "steps": steps, "order": self.order}
+
+    def loader(self, loader: Any) -> None:
+        """A DataLoader's iteration starting: the first one's sampler read (see the module's words)."""
+        if self.order is None:
+            self.order = sampler_order(loader) or {}
+
+
+def _samplers(loader: Any) -> list[Any]:
+    """The loader's batch sampler and the samplers inside it, outermost first."""
+    chain, node = [], getattr(loader, "batch_sampler", None) or getattr(loader, "sampler", None)
+    while node is not None and len(chain) < 6:
+        chain.append(node)
+        node = getattr(node, "batch_sampler", None) or getattr(node, "sampler", None)
+    return chain
+
+
+def sampler_order(loader: Any) -> dict[str, Any] | None:
+    """{"sampler", "rows", "permutation"}: whether one epoch of the loader's indices holds each row of its
+    data set once (all but a dropped last batch); None where that is not known without side effects."""
+    import random
+
+    import torch
+
+    chain = _samplers(loader)
+    try:
+        rows = len(loader.dataset)
+    except TypeError:   # an iterable data set: no indices to read
+        return None
+    if not chain or rows > _MOST_ROWS or not all(type(s).__module__.startswith(_LIBRARIES) for s in chain):
+        return None
+    generators = [g for g in (getattr(s, "generator", None) for s in chain) if isinstance(g, torch.Generator)]
+    saved = (torch.get_rng_state(), random.getstate(), [g.get_state() for g in generators])
+    try:
+        indices = [i for batch in chain[0] for i in (batch if isinstance(batch, (list, tuple)) else [batch])]
+    except Exception:  # noqa: BLE001 - a sampler that cannot be walked here makes no claim
+        return None
+    finally:
+        torch.set_rng_state(saved[0])
+        random.setstate(saved[1])
+        for generator, state in zip(generators, saved[2], strict=True):
+            generator.set_state(state)
+    batch = getattr(chain[0], "batch_size", None) or 1
+    once = len(set(indices)) == len(indices) and all(isinstance(i, int) and 0 <= i < rows for i in indices)
+    return {"sampler": type(chain[-1]).__name__, "rows": rows, "permutation": once and len(indices) > rows - batch}
+
+
+def watch_loaders(census: Census) -> Any:
+    """DataLoader.__iter__ telling `census` each iteration; the handle's remove() puts it back."""
+    import types
+
+    from torch.utils.data import DataLoader
+
+    original = DataLoader.__iter__
+
+    def __iter__(loader: Any) -> Any:
+        census.loader(loader)
+        return original(loader)
+
+    DataLoader.__iter__ = __iter__
+
+    def remove() -> None:
+        DataLoader.__iter__ = original
+
+    return types.SimpleNamespace(remove=remove)

@@ -34,7 +34,7 @@ from typing import Any
 from ...config.messages import PARITY_STEPS
 from ...engine import common
 from .losses import LossReader, patch_cross_entropy
-from .rows import Census, row_key
+from .rows import Census, row_key, watch_loaders
 from .stages import autocast_dtype, synchronize, timed_backward
 from .workdir import _edited, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
 
@@ -254,7 +254,8 @@ def _install(meter: Meter) -> list[Any]:
             nn_module.register_module_forward_hook(meter.after, with_kwargs=True, always_call=True),
             optimizer_hooks.register_optimizer_step_pre_hook(meter.optimizer_starts),
             optimizer_hooks.register_optimizer_step_post_hook(meter.stepped),
-            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading)), timed_backward(meter)]
+            types.SimpleNamespace(remove=patch_cross_entropy(meter.reading)), timed_backward(meter),
+            watch_loaders(meter.census)]
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
@@ -373,7 +374,7 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
         from .parsed import parse
 
         try:
-            return parse(spec, build_workdir)
+            return parse(spec)
         finally:
             shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
     from . import launch

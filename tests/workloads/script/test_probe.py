@@ -57,6 +57,12 @@ def test_grouping_is_seen_in_the_row_order_and_packing_in_full_width_unpadded_ba
     assert probe._seen_doing("group_by_length", {"length_jumps": length_jumps(grouped)},
                              {"length_jumps": length_jumps(shuffled)})
     assert not probe._seen_doing("group_by_length", {"length_jumps": 0.6}, {"length_jumps": 0.62})
+    # Rows grouped within each step: the same rows, another order, less padding; not another set of rows.
+    off = {"length_jumps": 0.6, "rows": {"a": 1, "b": 1}, "sequence": ["a", "b"], "padding_share": 0.4}
+    assert probe._seen_doing("group_by_length", {**off, "length_jumps": 0.5, "sequence": ["b", "a"],
+                                                 "padding_share": 0.1}, off)
+    assert not probe._seen_doing("group_by_length", {**off, "length_jumps": 0.5, "rows": {"a": 2},
+                                                     "sequence": ["a", "a"], "padding_share": 0.1}, off)
     packed = {"packed": False, "all_widths_max": True, "padding_share": 0.0}
     padded = {"packed": False, "all_widths_max": False, "padding_share": 0.31}
     assert probe._seen_doing("packing", packed, padded)

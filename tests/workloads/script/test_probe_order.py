@@ -82,3 +82,16 @@ def test_the_probe_runs_with_the_run_lock_held_and_confirms_the_setting(project)
     assert sorted(p.name for p in (folder / "runs" / "p").iterdir()) == [".lock"]
     assert sorted(p.name for p in folder.iterdir()) == ["loop.py", "loop.yaml", "runs"]
     assert os.stat(folder / "runs" / "p").st_mode & 0o077 == 0
+
+
+def test_a_job_refused_after_its_probe_leaves_no_run_folder(project, capsys):
+    from autotune.cli.main import main
+
+    folder, marker = project
+    (folder / "loop.yaml").write_text("batch_size: two\naccum_every: 2\nmax_len: 8\n")
+    stamp = os.stat(folder).st_mtime_ns
+    code = main(["tune", "p", *WORDS])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "whole number" in err[0], err
+    assert marker.exists()                               # the probe ran, under the lock ...
+    assert not (folder / "runs").exists() and os.stat(folder).st_mtime_ns == stamp   # ... and left nothing

@@ -25,9 +25,9 @@ def _model() -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config)
 
 
-def _rows() -> list[list[int]]:
+def _rows(count: int = EFFECTIVE * STEPS) -> list[list[int]]:
     rng = random.Random(0)
-    return [[rng.randrange(1, VOCAB) for _ in range(rng.choice((4, 6, 10, 16)))] for _ in range(EFFECTIVE * STEPS)]
+    return [[rng.randrange(1, VOCAB) for _ in range(rng.choice((4, 6, 10, 16)))] for _ in range(count)]
 
 
 def _hooked(loop) -> Meter:
@@ -98,6 +98,39 @@ def windows(micro: int) -> Meter:
     return _hooked(loop)
 
 
+def loaded(sampler: str) -> Meter:
+    """A DataLoader over the rows, one row per micro-batch: torch's RandomSampler, transformers'
+    LengthGroupedSampler (length grouping by the library), or the script's own sampler class."""
+    from torch.utils.data import DataLoader, RandomSampler, Sampler
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    class Longest(Sampler):   # the script's own: a claim the hooks do not take on trust
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __iter__(self):
+            return iter(sorted(range(len(self.rows)), key=lambda i: -len(self.rows[i])))
+
+        def __len__(self):
+            return len(self.rows)
+
+    def loop(model: torch.nn.Module) -> None:
+        rows = _rows(4 * EFFECTIVE * STEPS)   # more than the compared steps see: they see other rows
+        order = {"random": lambda: RandomSampler(rows), "own": lambda: Longest(rows),
+                 "grouped": lambda: LengthGroupedSampler(1, lengths=[len(r) for r in rows])}[sampler]()
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        batches = iter(DataLoader(rows, sampler=order, batch_size=1, collate_fn=lambda b: torch.tensor(b)))
+        for _ in range(STEPS):
+            for _ in range(EFFECTIVE):
+                ids = next(batches)
+                logits = model(input_ids=ids).logits
+                loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+                (loss / EFFECTIVE).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    return _hooked(loop)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     # A model this small runs in milliseconds on one thread and far slower fighting for a loaded CPU's cores.
@@ -157,3 +190,15 @@ def test_fresh_random_windows_under_another_batch_shape_are_checked_statisticall
     result = row_parity.compare([base], other, TOL)
     assert result["ok"] and result["kind"] == "statistical", result["reason"]
     assert "the check was statistical" in result["reason"]
+
+
+def test_a_library_sampler_that_hands_out_every_row_once_is_an_order_change():
+    base = loaded("random").parity_rows
+    assert base["order"] == {"sampler": "RandomSampler", "rows": 4 * EFFECTIVE * STEPS, "permutation": True}
+    result = row_parity.compare([base], loaded("grouped").parity_rows, TOL)
+    assert result["ok"] and result["kind"] == "order", result["reason"]
+    assert result["reason"].startswith("data order changed: the script's own sampler (LengthGroupedSampler) hands "
+                                       f"out each of the {4 * EFFECTIVE * STEPS} rows once an epoch")
+    # A sampler of the script's own makes no claim: other rows in the compared steps are other data.
+    own = row_parity.compare([base], loaded("own").parity_rows, TOL)
+    assert not own["ok"] and own["kind"] == "rows", own["reason"]

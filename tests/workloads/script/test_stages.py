@@ -72,3 +72,16 @@ def test_phases_split_a_step_into_data_forward_backward_and_optimizer():
     assert totals["steps"] == 1 and weight.grad is not None
     assert totals["data_wait"] >= 0.02 and totals["optimizer"] >= 0.03 and totals["backward"] > 0
     assert sum(totals[p] for p in ("data_wait", "forward", "backward", "optimizer")) <= totals["step_total"] * 1.05
+
+
+def test_a_worst_case_peak_over_the_limit_ends_the_trial_oom():
+    import pytest
+
+    from autotune.engine.train import TrialFault
+    from autotune.workloads.script.stages import ceiling
+
+    job = {"max_len": 256, "mem_limit": 2**30, "mem_margin": 0.1}
+    assert ceiling({"kind": "cpu_peak_rss", "bytes": 2**29}, "cpu", job, 4)["fits"]
+    with pytest.raises(TrialFault) as fault:
+        ceiling({"kind": "cpu_peak_rss", "bytes": 2**30}, "cpu", job, 4)
+    assert fault.value.state == "oom" and "worst-case batch (4 x 256 tokens) peaks at 1.00 GiB" in fault.value.reason

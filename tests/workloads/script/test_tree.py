@@ -131,3 +131,20 @@ def test_a_script_job_in_a_folder_past_the_cap_stops_before_any_trial(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "AUTOTUNE_TREE_CAP_MB" in err[0], err
     assert not (folder / "runs").exists()
+
+
+@pytest.mark.slow
+def test_a_tune_of_a_script_that_writes_its_folder_leaves_it_as_it_was(tmp_path, monkeypatch, capsys):
+    # The case as a user met it: `autotune tune ... script=train.py smoke`, every trial writing as above.
+    from autotune.cli.main import main
+
+    folder = user_folder(tmp_path)
+    before, outside = hashes(folder), (tmp_path / "elsewhere.txt").read_text()
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code = main(["tune", "w", "script=train.py", "max_len=8", "smoke", "max_trials=1", "fresh"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    assert {k: v for k, v in hashes(folder).items() if not k.startswith("runs/")} == before
+    assert (tmp_path / "elsewhere.txt").read_text() == outside
+    report = (folder / "runs" / "w" / "report.md").read_text()
+    assert "Each trial ran on its own copy of your folder (" in report
