@@ -18,7 +18,7 @@ from ..kb.beliefs import Beliefs
 from ..kb.claims import Claim
 from ..kb.experience import Experience, new_run_id
 from ..kb.features import context, device_fingerprint, job_features, job_fingerprint, software
-from ..config.knobs import Knobs
+from ..config.knobs import CATALOG, Knobs
 from ..config.records import UNSPLIT_SOURCES, Source, parse_change
 from ..reasoner import Hypothesis, Observation, key, observe, outcome_of
 from ..reasoner.combine import together
@@ -103,7 +103,7 @@ class Memory:
         best = Knobs.from_dict(past["best"]["knobs"])
         device, batch = self.frame.get("device", {}), self.job.effective_batch
         pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
-                   if not (k == "per_device_train_batch_size" and batch % v)]
+                   if not (CATALOG[k].climb == "divisors" and batch % v)]
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
         changes = together(incumbent, pending, device, batch)
         current = incumbent

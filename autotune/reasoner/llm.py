@@ -118,8 +118,9 @@ def prompt_context(features: dict[str, Any], incumbent: Knobs, effective_batch: 
     """What the model is shown: numbers and names only, never the user's data rows."""
     catalog = {name: {"kind": knob.kind, "choices": list(knob.choices), "help": knob.help}
                for name, knob in CATALOG.items()}
-    catalog["per_device_train_batch_size"]["choices"] = [d for d in range(1, effective_batch + 1)
-                                                         if effective_batch % d == 0]
+    for name, knob in CATALOG.items():
+        if knob.climb == "divisors":   # the micro-batch: the divisors of the effective batch
+            catalog[name]["choices"] = [d for d in range(1, effective_batch + 1) if effective_batch % d == 0]
     shown_claims = sorted(claims, key=lambda c: -len(c.evidence))[:CLAIMS_SHOWN]
     return {
         "features": features, "incumbent": incumbent.to_dict(), "effective_batch": effective_batch,

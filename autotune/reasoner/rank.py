@@ -229,7 +229,7 @@ def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features
              and c.matches(c.knob, c.value, getattr(incumbent, c.knob), features)]
     conflicting = [c for c in claims if c not in matched and c not in needs and _conflicts(c, knob, value, incumbent)]
     # A micro-batch claim speaks of one doubling; a jump of several makes the expected gain several times.
-    steps = max(1.0, math.log2(value / start)) if knob == "per_device_train_batch_size" and value > start else 1.0
+    steps = max(1.0, math.log2(value / start)) if CATALOG[knob].climb == "divisors" and value > start else 1.0
     return _scored(knob, value, matched, features, order, against=needs + conflicting, steps=steps)
 
 
@@ -246,7 +246,8 @@ def _conflicts(claim: Claim, knob: str, value: Any, incumbent: Knobs) -> bool:
         about_this = claim.knob == knob and claim.value == change_value(knob, getattr(incumbent, knob), value)
         if about_this and str(getattr(incumbent, other_knob)) == other_text:
             return True
-        claim_in_place = claim.knob not in ("per_device_train_batch_size", "dataloader_num_workers") \
+        # A claim about an int knob speaks of `up` or `down`, never a value the incumbent holds.
+        claim_in_place = CATALOG[claim.knob].kind != "int" \
             and getattr(incumbent, claim.knob) == claim.value
         if knob == other_knob and str(value) == other_text and claim_in_place:
             return True
@@ -290,13 +291,14 @@ def _enabled(incumbent: Knobs, device: dict[str, Any], effective_batch: int, mea
 
 def _target_value(knob: str, text: str, incumbent: Knobs, effective_batch: int) -> Any:
     current = getattr(incumbent, knob)
-    if knob == "per_device_train_batch_size":
+    entry = CATALOG[knob]
+    if entry.climb == "divisors":
         options = [d for d in divisors(effective_batch) if (d > current if text == "up" else d < current)]
         if not options:
             return None
         return options[0] if text == "up" else options[-1]
-    if knob == "dataloader_num_workers":
-        return current + 2 if text == "up" else (max(0, current - 2) if current else None)
+    if entry.step:
+        return current + entry.step if text == "up" else (max(0, current - entry.step) if current else None)
     if text in ("True", "true", "False", "false"):
         return text.lower() == "true"
     return text

@@ -49,7 +49,7 @@ def space(incumbent: Knobs, effective_batch: int, features: dict[str, Any]) -> d
     for knob, listed in CATALOG_ORDER:
         if CATALOG[knob].vision and not features.get("vlm"):
             continue
-        options = divisors(effective_batch) if knob == "per_device_train_batch_size" else list(listed)
+        options = divisors(effective_batch) if CATALOG[knob].climb == "divisors" else list(listed)
         values[knob] = list(dict.fromkeys([getattr(incumbent, knob), *options]))
     return values
 

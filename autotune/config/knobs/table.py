@@ -50,7 +50,7 @@ TABLE: tuple[Knob, ...] = (
     Knob("torch_compile", "bool", naive=False, affects_memory=True, help="torch.compile the model",
          tries=(False, True), rank=9, requires=needs.compile_, measure_cost=2.0, numerics_class="precision",
          sft=field("torch_compile", bool), script_names=("torch_compile", "compile", "use_compile")),
-    Knob("dataloader_num_workers", "int", naive=0, help="collation in worker processes", tries=(2, 0), rank=6,
+    Knob("dataloader_num_workers", "int", naive=0, help="collation in worker processes", tries=(2, 0), rank=6, step=2,
          requires=needs.workers, sft=field("dataloader_num_workers", int),
          script_names=("dataloader_num_workers", "num_workers", "workers")),
     Knob("dataloader_pin_memory", "bool", naive=False, help="page-locked host batches (CUDA)", tries=(True, False),
