@@ -129,13 +129,14 @@ def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "run
 
 
 def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: bool) -> Outcome:
+    from .output.display import shown
     from .output.realize import hand_over
     from .output.report import write_best_config, write_report, write_results_tsv
 
     if tuner.script is not None:
         display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
         for line in tuner.script.listing():
-            display.console.print(f"  {line}", highlight=False, soft_wrap=True)
+            display.console.print(f"  {shown(line)}", highlight=False, soft_wrap=True)
     try:
         outcome = tuner.run(resume=resume)
         if not job.is_mlp and tuner.script is None:
@@ -159,10 +160,10 @@ def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: 
     display.final_table(outcome, str(tuner.folder.path))
     for label, edits in config.get("config_edits", {}).items():
         settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
-        display.console.print(f"set in {label}: {settings}", highlight=False, soft_wrap=True)
+        display.console.print(shown(f"set in {label}: {settings}"), highlight=False, soft_wrap=True)
     if config.get("realized"):
-        display.console.print(config["realized"].replace("**", ""), highlight=False, soft_wrap=True)
-    display.console.print(f"ready to run: {config['command']}", highlight=False, soft_wrap=True)
+        display.console.print(shown(config["realized"].replace("**", "")), highlight=False, soft_wrap=True)
+    display.console.print(shown(f"ready to run: {config['command']}"), highlight=False, soft_wrap=True)
     outcome.best_config = config
     return outcome
 

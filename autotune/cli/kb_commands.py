@@ -8,7 +8,10 @@ is a JobError (one line, exit 2). Ids, names and reasons are printed with contro
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import stat
 import sys
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import JobError
-from ..config.inputs import check_writable_file
+from ..config.inputs import check_writable_file, special
 from ..util.io import write_json_atomic
 from ..kb.beliefs import Beliefs, draw
 from ..kb.claims import Claim, Update, condition_text
@@ -171,19 +174,62 @@ def kb_runs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _export_target(file: str) -> tuple[Path, int | None]:
+    """Where `kb export FILE` writes: (path, None) for a file written whole by rename (a new file, a
+    regular one, or the file a link names, the link kept), or (path, fd) for what is written into as
+    it is: `-` (stdout), a FIFO with a reader, a character device. Never replaced by a plain file."""
+    if file == "-":
+        return Path("-"), -1
+    path = Path(file).expanduser()
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None  # a new file; a path under a file is check_writable_file's to word
+    if mode is not None and (stat.S_ISSOCK(mode) or stat.S_ISBLK(mode)):
+        raise JobError(f"kb export: {path} is {special(mode)}; give a file name, a FIFO or - (stdout)")
+    if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        try:  # without blocking: a FIFO nobody reads is refused, not waited on
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as error:
+            why = "nothing reads it" if error.errno == errno.ENXIO else error.strerror
+            raise JobError(f"kb export: {path} is {special(mode)} and {why}; start its reader first, or give "
+                           "a file name") from None
+        os.set_blocking(fd, True)
+        return path, fd
+    if os.path.islink(path):
+        path = Path(os.path.realpath(path))  # the file the link names is written; the link stays a link
+    check_writable_file(path, "kb export")  # before reading: a folder or a read-only path fails fast
+    return path, None
+
+
 def kb_export(args: argparse.Namespace) -> int:
-    check_writable_file(Path(args.file), "kb export")  # before reading: a folder or a read-only path fails fast
-    store = _store(args)
-    shared = Beliefs(store).export()
-    data = {"schema_version": 1, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "claims": shared["claims"], "claim_history": shared["claim_history"],
-            "runs": store.all("runs") if store else [], "trials": store.all("trials") if store else []}
-    path = Path(args.file).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, data)
+    path, fd = _export_target(args.file)
+    try:
+        store = _store(args)
+        shared = Beliefs(store).export()
+        data = {"schema_version": 1, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "claims": shared["claims"], "claim_history": shared["claim_history"],
+                "runs": store.all("runs") if store else [], "trials": store.all("trials") if store else []}
+        if fd is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, data)
+        elif fd < 0:
+            _print_json(data)
+        else:
+            view = memoryview((json.dumps(data, indent=1) + "\n").encode())
+            while view:
+                view = view[os.write(fd, view):]
+    finally:
+        if fd is not None and fd >= 0:
+            os.close(fd)
     print(f"exported {len(data['claims'])} claims, {len(data['claim_history'])} history events, "
-          f"{len(data['runs'])} runs, {len(data['trials'])} trials to {path}")
+          f"{len(data['runs'])} runs, {len(data['trials'])} trials to {'stdout' if file_is_stdout(path) else path}",
+          file=sys.stderr if file_is_stdout(path) else sys.stdout)
     return 0
+
+
+def file_is_stdout(path: Path) -> bool:
+    return str(path) == "-"
 
 
 def kb_repair(args: argparse.Namespace) -> int:
@@ -252,7 +298,8 @@ def add_parser(commands: Any) -> None:
         "file", metavar="FILE", nargs="?", default="kb_graph.png", help="default: kb_graph.png here")
     command("runs", kb_runs, "the runs recorded", json_=True)
     command("export", kb_export, "write learned claims, their history, runs and trials to a JSON file").add_argument(
-        "file", metavar="FILE")
+        "file", metavar="FILE", help="a file (written whole or not at all), a FIFO or device (written into), or - for "
+                                     "stdout")
     command("import", kb_import, "merge a file written by `kb export`, without duplicates").add_argument(
         "file", metavar="FILE")
     command("prune", kb_prune, "split or delete the active claims their evidence calls for").add_argument(

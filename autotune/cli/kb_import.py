@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..util.errors import JobError, RecordError
-from ..config.inputs import read_json
+from ..config.inputs import check_not_special, check_writable_folder, read_json
 from ..kb.beliefs import Beliefs
 from ..kb.claims import Claim, Evidence, Update
 from ..kb.store import InvalidRecordError
-from .kb_args import store_of
+from .kb_args import folder_of, store_of
 
 TABLES = ("runs", "trials", "claims", "claim_history")
 
@@ -31,6 +31,7 @@ def plain(value: Any) -> str:
 
 def _read_export(path: Path) -> dict[str, Any]:
     """The export file, its shape checked before anything is written (one JobError line otherwise)."""
+    check_not_special(path, "kb import")
     if not path.is_file():
         raise JobError(f"kb import: {path} does not exist (write one with `autotune kb export FILE`)")
     # Bounded before it is decoded (size, depth, digits of a number); one line naming the file otherwise.
@@ -51,6 +52,8 @@ def _read_export(path: Path) -> dict[str, Any]:
                                                                          "device_fingerprint")):
             raise bad("a run lacks run_id, job_fingerprint or device_fingerprint")
     for trial in data.get("trials", []):
+        if "trial" in trial and (isinstance(trial["trial"], bool) or not isinstance(trial["trial"], int)):
+            raise bad("a trial's number is not a whole number")
         if any(k in trial and not (isinstance(trial[k], str) and trial[k]) for k in ("job_fingerprint",
                                                                                    "device_fingerprint")):
             raise bad("a trial has an empty job or device fingerprint")
@@ -107,6 +110,24 @@ def _updates(data: dict[str, Any], path: Path, imported: dict[str, Claim], belie
     return updates, unknown
 
 
+def _check_no_cycle(imported: dict[str, Claim], beliefs: Beliefs, path: Path) -> None:
+    """No imported claim is its own ancestor (through the claims here and in the file): a lineage that
+    loops would make `kb show` and every walk up the parents endless."""
+    def parent(claim_id: str) -> str | None:
+        claim = imported.get(claim_id) or (beliefs.get(claim_id) if claim_id in beliefs else None)
+        return claim.parent if claim is not None else None
+
+    for start in imported:
+        seen, at = {start}, parent(start)
+        while at is not None:
+            if at in seen:
+                raise JobError(f"kb import: {path}: the parents of claim {plain(start)[:MAX_NAME]!r} form a cycle "
+                               f"(through {plain(at)[:MAX_NAME]!r}); a claim is split from an older one, never "
+                               "from itself; nothing was written")
+            seen.add(at)
+            at = parent(at)
+
+
 def _new(records: list[dict[str, Any]], have: set, key: Any) -> list[dict[str, Any]]:
     """The records whose key is in neither `have` nor an earlier record of the list."""
     fresh = []
@@ -126,6 +147,8 @@ def kb_import(args: argparse.Namespace) -> int:
         imported = {c.id: c for c in (Claim.from_definition(d) for d in data.get("claims", []))}
     except (RecordError, KeyError, TypeError, ValueError, AttributeError) as error:
         raise JobError(f"kb import: {path}: a claim definition is not valid ({error}); nothing was written") from None
+    check_writable_folder(folder_of(args), f"--kb {folder_of(args)}")
+    _check_no_cycle(imported, Beliefs(store_of(args)), path)  # before the folder is made
     store = store_of(args, writing=True)
     beliefs = Beliefs(store)
     updates, unknown = _updates(data, path, imported, beliefs)

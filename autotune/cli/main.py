@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import __version__
 from ..util.errors import AutotuneError, JobError
+from ..util.io import RESUME_HINT, DiskError
 from ..config.job import JOB_KEYS
 from ..config.knobs import CATALOG
 from ..config.presets import DEMO_PRESET
@@ -35,12 +36,24 @@ TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items(
     "\nexit codes:\n" + "\n".join(f"  {code:<16} {what}" for code, what in EXIT_CODES.items()))
 
 
+class UsageError(JobError):
+    """A command line argparse refuses: one line, exit 2, like every other bad input."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, whose refusals are one `autotune: ...` line (not usage plus error) pointing at --help."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        what = self.prog.removeprefix("autotune").strip()
+        raise UsageError(f"{what + ': ' if what else ''}{message}; `{self.prog} --help` shows the usage")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autotune", description="Makes a single-GPU fine-tuning job faster by "
+    parser = _Parser(prog="autotune", description="Makes a single-GPU fine-tuning job faster by "
                                      "experiment: measure a baseline, change one setting at a time, keep what is "
                                      "faster beyond noise and trains the same thing.")
     parser.add_argument("--version", action="version", version=f"autotune {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     tune = commands.add_parser("tune", help="run the whole loop on a job",
                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=TUNE_EPILOG,
                                usage="autotune tune RUN key=value ... [config=job.yaml] [from=sft.yaml] [smoke] [fresh] [--json] "
@@ -85,12 +98,13 @@ def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any
 
     again = [w for w in words if w in ("resume", "review")]
     if again:
-        from ..loop.resume import load_job
+        from ..loop.resume import load_run
 
         if len(words) != 1:
             raise JobError(f"'{again[0]}' takes no other words: the job is runs/{run}/job.json "
                            f"(autotune tune {run} {again[0]})")
-        job, modes = load_job(Path(runs_dir), run), again
+        job, kept = load_run(Path(runs_dir), run)  # `fresh` as the run was started: a resume runs the same way
+        modes = [*again, *kept]
     else:
         job, modes = job_from_words(run, words, runs_dir)
     if "review" in modes:
@@ -178,7 +192,11 @@ def _main(argv: list[str] | None) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, _interrupt)
     parser = _parser()
-    args = parser.parse_args(argv)
+    try:
+        args = _parse(parser, argv)
+    except UsageError as error:
+        _say(str(error))
+        return 2
     if args.command is None:
         parser.print_help()
         return 2
@@ -186,25 +204,76 @@ def _main(argv: list[str] | None) -> int:
     # the files of the trials' child processes, which inherit it. Restored for in-process callers.
     previous_umask = os.umask(0o077)
     try:
-        if args.command != "tune":
-            return args.handler(args)
-        return tune(args.run, args.words, args.runs_dir, args.as_json, args.fail_if_no_gain)
+        code = (args.handler(args) if args.command != "tune"
+                else tune(args.run, args.words, args.runs_dir, args.as_json, args.fail_if_no_gain))
+        sys.stdout.flush()  # here, where a reader that has gone is a quiet exit, not at the interpreter's exit
+        return code
     except JobError as error:
         _say(str(error))
         return 2
+    except DiskError as error:
+        _say(_recover(str(error), args))
+        return 1
     except AutotuneError as error:
         _say(str(error))
         return 1
+    except BrokenPipeError:
+        return _closed_stdout()
+    except RuntimeError as error:  # pathlib's `~user` of a user this machine does not know
+        if "home directory" not in str(error):
+            return _unforeseen(args, error)
+        _say(f"{_what(args)}: a path starting ~ names a home folder this machine does not know; write the "
+             "path out")
+        return 2
     except KeyboardInterrupt:
         _say("interrupted; the trials recorded so far are in the run folder")
         return 130
     except Exception as error:  # noqa: BLE001 - the last resort: one line, never a traceback unless asked
-        message = " ".join(str(error).split())[:MESSAGE_CHARS]
-        _say(f"{_what(args)}: {type(error).__name__}{': ' + message if message else ''}"
-             + ("" if _debugging() else f"; run again with {DEBUG_ENV}=1 for the traceback"))
-        return 1
+        return _unforeseen(args, error)
     finally:
         os.umask(previous_umask)
+
+
+def _unforeseen(args: argparse.Namespace, error: BaseException) -> int:
+    message = " ".join(str(error).split())[:MESSAGE_CHARS]
+    _say(f"{_what(args)}: {type(error).__name__}{': ' + message if message else ''}"
+         + ("" if _debugging() else f"; run again with {DEBUG_ENV}=1 for the traceback"))
+    return 1
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The arguments; a tune's key=value words may also follow its options (`tune r --json max_len=64`):
+    argparse leaves those over, and they are the job's words as much as the ones before."""
+    args, extra = parser.parse_known_args(argv)
+    if extra and getattr(args, "command", None) == "tune" and not any(w.startswith("-") for w in extra):
+        args.words = [*args.words, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "command", None) == "tune" and not args.runs_dir:
+        raise UsageError("--runs-dir is empty (or AUTOTUNE_RUNS is set to nothing); give the folder that holds "
+                         "run folders, for example --runs-dir runs")
+    return args
+
+
+def _recover(message: str, args: argparse.Namespace) -> str:
+    """A full disk in a tune: `resume` is what continues it, not running the same words again (the run
+    folder is taken)."""
+    if args.command == "tune" and "review" not in args.words:
+        return message.replace(RESUME_HINT, f"free space, then `autotune tune {args.run} resume` continues the "
+                                             "run (the trials recorded so far are kept)")
+    return message
+
+
+def _closed_stdout() -> int:
+    """`autotune kb runs | head -1`: the reader has gone; a quiet exit, as `cat` makes. stdout is pointed
+    at /dev/null so the interpreter's last flush raises nothing either."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader left
 
 
 if __name__ == "__main__":

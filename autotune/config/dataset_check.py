@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..util.errors import JobError
+from .inputs import check_not_special
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".txt")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".gif")
@@ -34,8 +35,9 @@ def _usable(row: Any) -> bool:
 
 def _head(path: Path, label: str) -> tuple[str, bool]:
     """The first SCAN_BYTES of a text file, cut at a line end, and whether that is all of it."""
+    check_not_special(path, label)  # a FIFO would wait for a writer forever, a device never end
     try:
-        with open(path, "rb") as handle:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
             data = handle.read(SCAN_BYTES + 1)
     except OSError as error:
         raise JobError(f"{label}: cannot read {path} ({error.strerror or error})") from None
@@ -87,12 +89,26 @@ def _rows(path: Path, label: str) -> Iterator[Any]:
         else:
             yield from _json_lines(text, path, label)
     elif suffix == ".csv":
-        reader = csv.reader(io.StringIO(text))
-        header = next(reader, None)
-        for row in reader:
-            yield dict(zip(header or (), row))
+        yield from _csv_rows(text, path, label)
     else:  # .txt: one row per line that holds text
         yield from ({"text": line} for line in text.splitlines() if line.strip())
+
+
+def _csv_rows(text: str, path: Path, label: str) -> Iterator[Any]:
+    """The rows of a CSV file's head. A field may be as long as the scan (the csv module's default limit
+    of 128 KiB refuses a long document that the frame's reader takes); a malformed line is one line."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, SCAN_BYTES))
+    try:
+        reader = csv.reader(io.StringIO(text))
+        header = next(reader, None)
+        for values in reader:
+            yield dict(zip(header or (), values))
+    except csv.Error as error:
+        raise JobError(f"{label}: line {reader.line_num} of {path} is not CSV ({error}); fix or remove that "
+                       "line") from None
+    finally:
+        csv.field_size_limit(limit)
 
 
 def _parquet(path: Path, label: str) -> Iterator[Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from ..util.errors import JobError
 MAX_DIGITS = 18          # 10**18 rows, tokens or seconds is beyond any job; 2**63 has 19 digits
 MAX_WORD_CHARS = 4096    # one key=value word: a path is at most 4096 bytes on Linux
 NAME_MAX = 255           # bytes of one file or folder name (Linux, macOS)
-PATH_KEYS = ("model", "dataset", "kb", "ssh_key", "ssh_config", "script", "script_configs")
+PATH_KEYS = ("model", "dataset", "kb", "ssh_key", "ssh_config", "script", "script_configs", "config", "from")
 MAX_JSON_DEPTH = 64      # records nest a handful deep; a hostile file may nest 200,000 deep
 MAX_JSON_BYTES = 512 * 2**20
 MAX_CONFIG_BYTES = 16 * 2**20  # a config file (YAML, JSON, config.json) is kilobytes
@@ -42,37 +43,88 @@ def check_digits(key: str, text: str) -> None:
 
 
 def check_word(word: str) -> None:
-    """One command-line word is at most MAX_WORD_CHARS long (checked before it is split or converted)."""
+    """One command-line word is at most MAX_WORD_CHARS long (checked before it is split or converted) and
+    holds no control character: an escape code in gpu= or a name would reach the progress line, the
+    report and the records (a tab passes: it is text)."""
+    key, sep, _ = word.partition("=")
     if len(word) > MAX_WORD_CHARS:
-        key, sep, _ = word.partition("=")
         what = f"{key}= has a value of" if sep and key.isidentifier() and len(key) <= 40 else f"{shown(word)} has"
         raise JobError(f"{what} {len(word)} characters; a word here has at most {MAX_WORD_CHARS}")
+    bad = next((c for c in word if (ord(c) < 32 and c != "\t") or 127 <= ord(c) < 160), None)
+    if bad is not None:
+        raise JobError(f"{shown(word)}: holds the control character {bad!r}; type the value without it")
+
+
+def check_home(key: str, value: str) -> None:
+    """A path starting `~user` names a user this machine knows: pathlib's expanduser raises otherwise."""
+    if value.startswith("~") and os.path.expanduser(value.split("/", 1)[0]).startswith("~"):
+        raise JobError(f"{key}={shown(value)}: no user {value.split('/', 1)[0][1:]!r} on this machine, so "
+                       f"{value.split('/', 1)[0]} names no home folder; write the path out")
 
 
 def check_path(key: str, value: str) -> None:
     """Each name in a path (each of a comma-separated list) is at most NAME_MAX bytes: a longer one makes
     the first `exists()` raise ENAMETOOLONG instead of answering no."""
     for part in value.split(","):
+        check_home(key, part.strip())
         for name in part.split("/"):
             if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
                 raise JobError(f"{key}={shown(value)}: a file or folder name of {len(name)} characters; "
                                f"at most {NAME_MAX} bytes a name")
 
 
-def read_bytes(path: Path, label: str, max_bytes: int = MAX_CONFIG_BYTES, error: type[Exception] = JobError) -> bytes:
-    """A file's bytes, its size checked before it is read; one line naming it when it cannot be read."""
+def special(mode: int) -> str:
+    """What a file that is neither a regular file nor a folder is ("" for those two)."""
+    for test, what in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return ""
+
+
+def check_not_special(path: Path, label: str, error: type[Exception] = JobError) -> None:
+    """`path` (if it exists) is a regular file or a folder: reading a FIFO waits for a writer forever, a
+    device never ends, a socket cannot be opened. One line naming it."""
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise error(f"{label}: {path} is {size} bytes; expected at most {max_bytes}")
-        return path.read_bytes()
+        what = special(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return  # missing or unreadable: the caller says so in its own words
+    if what:
+        raise error(f"{label}: {path} is {what}, not a file; give a regular file")
+
+
+def read_bytes(path: Path, label: str, max_bytes: int = MAX_CONFIG_BYTES, error: type[Exception] = JobError,
+               follow: bool = True) -> bytes:
+    """A regular file's bytes, its size checked before it is read; one line naming it when it cannot be
+    read. Opened without blocking and checked on the open file: a FIFO or a device is refused, never
+    read. `follow=False`: a symbolic link is refused too (the run folder's own files)."""
+    check_not_special(path, label, error)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError as failure:
+        if not follow and failure.errno == 40:  # ELOOP: the last name is a link
+            raise error(f"{label}: {path} is a symbolic link; a run folder holds only autotune's own files "
+                        "(remove the link)") from None
+        raise error(f"{label}: cannot read {path} ({failure.strerror or failure})") from None
+    try:
+        info = os.fstat(fd)
+        if special(info.st_mode):
+            raise error(f"{label}: {path} is {special(info.st_mode)}, not a file; give a regular file")
+        if info.st_size > max_bytes:
+            raise error(f"{label}: {path} is {info.st_size} bytes; expected at most {max_bytes}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(max_bytes + 1)[:max_bytes]
     except OSError as failure:
         raise error(f"{label}: cannot read {path} ({failure.strerror or failure})") from None
+    finally:
+        os.close(fd)
 
 
-def read_text(path: Path, label: str, max_bytes: int = MAX_CONFIG_BYTES, error: type[Exception] = JobError) -> str:
+def read_text(path: Path, label: str, max_bytes: int = MAX_CONFIG_BYTES, error: type[Exception] = JobError,
+              follow: bool = True) -> str:
     """A UTF-8 text file, bounded like `read_bytes`; a byte that is not UTF-8 is one line with its place."""
-    data = read_bytes(path, label, max_bytes, error)
+    data = read_bytes(path, label, max_bytes, error, follow)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as failure:
@@ -107,9 +159,10 @@ def parse_json(text: str, label: str, error: type[Exception] = JobError, hint: s
 
 
 def read_json(path: Path, label: str, error: type[Exception] = JobError, max_bytes: int = MAX_JSON_BYTES,
-              hint: str = "") -> Any:
-    """A JSON file, bounded in size and depth; `label` and the path start the one line of a refusal."""
-    return parse_json(read_text(path, label, max_bytes, error), f"{label}: {path}", error, hint)
+              hint: str = "", follow: bool = True) -> Any:
+    """A JSON file, bounded in size and depth; `label` and the path start the one line of a refusal.
+    `follow=False`: a symbolic link is refused, not read (the run folder's own files)."""
+    return parse_json(read_text(path, label, max_bytes, error, follow), f"{label}: {path}", error, hint)
 
 
 def _expanded_nodes(root: Any, limit: int) -> int:
@@ -152,8 +205,9 @@ def parse_yaml(text: str, label: str) -> Any:
     """`yaml.safe_load`, refusing a document whose aliases expand past MAX_YAML_NODES before it is built."""
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # a NUL byte or a control character is refused here
         node = loader.get_single_node()
         if node is None:
             return None
@@ -161,7 +215,11 @@ def parse_yaml(text: str, label: str) -> Any:
         if size > MAX_YAML_NODES:
             raise JobError(f"{label}: its aliases expand to more than {MAX_YAML_NODES} values (nested or "
                            "self-referencing anchors); write the settings out")
+        _check_unique_keys(node, label)
         return loader.construct_document(node)
+    except ValueError as failure:  # an integer past Python's 4,300-digit conversion limit
+        raise JobError(f"{label}: a value autotune cannot read ({str(failure).split(';')[0]}); "
+                       "write the number with fewer digits") from None
     except yaml.YAMLError as failure:
         mark = getattr(failure, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
@@ -170,7 +228,33 @@ def parse_yaml(text: str, label: str) -> Any:
     except RecursionError:
         raise JobError(f"{label}: nests too deeply to be a config file") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _check_unique_keys(root: Any, label: str) -> None:
+    """No mapping of the document names one key twice: YAML keeps the last silently, so `max_len: 64`
+    then `max_len: 128` would tune a job the user did not read. Each node once (aliases share nodes)."""
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+    seen, stack = set(), [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, MappingNode):
+            keys: dict[str, Any] = {}
+            for key, value in node.value:
+                if isinstance(key, ScalarNode) and key.value != "<<":
+                    if key.value in keys:
+                        raise JobError(f"{label}: key {shown(key.value)} is given twice (lines "
+                                       f"{keys[key.value].start_mark.line + 1} and {key.start_mark.line + 1}); "
+                                       "give it once")
+                    keys[key.value] = key
+                stack.extend((key, value))
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import JobError
-from .inputs import check_digits, check_writable_folder
+from .inputs import check_digits, check_not_special, check_writable_folder
 from .job import SMOKE_TIME_BUDGET_S, LlmProposer, SshSettings, Tracking, parse_flag
-from .job_keys import JOB_KEYS
+from .job_keys import JOB_KEYS, range_text
 from .job_values import SSH_KEYS, is_ssh, mlflow_keys, parse_duration, parse_share, parse_size, whole
 from .knobs import CATALOG, NAIVE_START, Knobs, parse_knob_value
 
@@ -49,6 +49,9 @@ def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any
     trust = pairs.get("ssh_trust_new", "false").lower()
     if trust not in ("true", "false"):
         raise JobError(f"ssh_trust_new={pairs['ssh_trust_new']!r}: expected true or false")
+    for key in ("ssh_key", "ssh_config"):
+        if key in pairs and pairs[key] != "/dev/null":
+            check_not_special(Path(pairs[key]).expanduser(), f"{key}={pairs[key]}")
     if "ssh_key" in pairs and not Path(pairs["ssh_key"]).expanduser().is_file():
         raise JobError(f"ssh_key={pairs['ssh_key']!r}: no such file; expected {JOB_KEYS['ssh_key']}")
     if not is_ssh(host) and any(k in pairs for k in SSH_KEYS):
@@ -93,9 +96,10 @@ def llm_keys(pairs: dict[str, str]) -> dict[str, LlmProposer | None]:
     if model and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:/@-]*", model):
         raise JobError(f"llm={model!r}: expected {JOB_KEYS['llm']}")
     try:
-        timeout = parse_duration(pairs["llm_timeout"]) if "llm_timeout" in pairs else 60
+        timeout = parse_duration(pairs["llm_timeout"], "llm_timeout") if "llm_timeout" in pairs else 60
     except JobError:
-        raise JobError(f"llm_timeout={pairs['llm_timeout']!r}: expected {JOB_KEYS['llm_timeout']}") from None
+        raise JobError(f"llm_timeout={pairs['llm_timeout']!r}: expected {JOB_KEYS['llm_timeout']}, "
+                       f"{range_text('llm_timeout')}") from None
     return {"llm": LlmProposer(model, timeout) if model else None}
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..util.errors import JobError
-from .inputs import check_word, parse_yaml, read_text
+from .inputs import check_home, check_not_special, check_word, parse_yaml, read_text
 from .job_keys import JOB_KEYS, MLP_MODEL
 from .job_values import is_ssh, redact_args, redact_uri
 from .knobs import CATALOG, NAIVE_START, parse_knob_value
@@ -48,7 +48,9 @@ def _scalar(label: str, key: str, value: Any) -> str:
 def _mapping(value: str, label: str, what: str) -> dict[str, Any]:
     """A YAML file holding one mapping, read through the bounded reader (aliases, depth, size)."""
     check_word(f"{label}={value}")
+    check_home(label, value)
     path = Path(value).expanduser()
+    check_not_special(path, f"{label}={value}")
     if not path.is_file():
         raise JobError(f"{label}={value!r}: no such file; expected {JOB_KEYS[label]}")
     data = parse_yaml(read_text(path, f"{label}={value}"), f"{label}={value}")

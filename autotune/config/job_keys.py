@@ -71,3 +71,21 @@ JOB_KEYS = {
             "model_name_or_path, dataset, max_length, batch sizes (their product is effective_batch) and the "
             "knobs it sets; config= and the words override it",
 }
+
+# The range of each numeric key (minimum, maximum, unit), checked when the words are read, before any file
+# or folder is made: beyond these a job would exhaust the machine (10**17 tokens a row, 10**17 loader
+# workers) or never end, instead of being refused. Each bound is far beyond any real job. Shown on the
+# reference page (docs/reference/job-keys.md) and in the refusal.
+RANGES: dict[str, tuple[float, float, str]] = {
+    "max_len": (8, 2**20, "tokens"), "effective_batch": (1, 2**16, "rows"), "max_trials": (1, 10_000, "trials"),
+    "time": (1, 366 * 86400, "seconds"), "seed": (0, 2**32 - 1, ""), "mem_limit": (2**20, 2**50, "bytes"),
+    "mem_margin": (0, 0.9, ""), "llm_timeout": (1, 3600, "seconds"), "mlp_width": (1, 2**16, "units"),
+    "min_gain": (0, 0.5, ""), "mlp_depth": (1, 1024, "layers"), "mlp_rows": (1, 10**7, "rows"),
+    "gradient_accumulation_steps": (1, 2**16, "steps"),
+}
+
+
+def range_text(key: str) -> str:
+    """`8 to 1,048,576 tokens`: a key's range as the reference page and the refusals say it."""
+    low, high, unit = RANGES[key]
+    return f"{low:,} to {high:,}" + (f" {unit}" if unit else "")

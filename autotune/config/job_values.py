@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..util.errors import JobError
 from .inputs import check_digits, read_json
-from .job_keys import DATA_SUFFIXES, JOB_KEYS, MLP_MODEL
+from .job_keys import DATA_SUFFIXES, JOB_KEYS, MLP_MODEL, RANGES, range_text
 from .presets import PRESETS
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9._-]+)?$")
@@ -19,7 +19,7 @@ _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 # Sizes the frame and the runners materialise: beyond these a job would exhaust the machine's memory in
 # the child (10**17 tokens a row) instead of being refused here. Each is far above any real job.
-MAXIMA = {"max_len": 2**20, "effective_batch": 2**16, "mlp_width": 2**16, "mlp_depth": 1024, "mlp_rows": 10**7}
+MAXIMA = {key: int(RANGES[key][1]) for key in ("max_len", "effective_batch", "mlp_width", "mlp_depth", "mlp_rows")}
 # The keys that only mean something with an SSH host.
 SSH_KEYS = ("ssh_key", "ssh_config", "ssh_trust_new", "ssh_python")
 
@@ -29,15 +29,17 @@ def is_ssh(host: str) -> bool:
     return host not in ("local", "ray") and not host.startswith("ray://")
 
 
-def parse_duration(text: str) -> int:
-    check_digits("time", text)
+def parse_duration(text: str, key: str = "time") -> int:
+    check_digits(key, text)
     match = _DURATION.match(text.strip())
     if not text.strip() or not match or not any(match.groups()):
-        raise JobError(f"time={text!r}: expected {JOB_KEYS['time']}")
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
     hours, minutes, seconds = (int(g or 0) for g in match.groups())
     total = hours * 3600 + minutes * 60 + seconds
     if total <= 0:
-        raise JobError(f"time={text!r}: the budget must be longer than 0 seconds")
+        raise JobError(f"{key}={text!r}: the budget must be longer than 0 seconds")
+    if total > RANGES[key][1]:
+        raise JobError(f"{key}={text}: {total:,} seconds; expected {range_text(key)}")
     return total
 
 
@@ -47,15 +49,20 @@ def parse_size(text: str) -> int:
     size = int(float(match.group(1)) * _UNITS[match.group(2).lower()]) if match else 0
     if size < 2**20:  # below a MiB no model fits; a typo such as 0.5B is caught here
         raise JobError(f"mem_limit={text!r}: expected {JOB_KEYS['mem_limit']}, at least 1MiB")
+    if size > RANGES["mem_limit"][1]:
+        raise JobError(f"mem_limit={text}: {size:,} bytes; expected {range_text('mem_limit')} (at most 1PiB)")
     return size
 
 
 def parse_share(text: str, key: str = "mem_margin") -> float:
     check_digits(key, text)
     try:
-        return float(text)
+        share = float(text)
     except ValueError:
         raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}") from None
+    if key in RANGES and not RANGES[key][0] <= share <= RANGES[key][1]:  # NaN too
+        raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
+    return share
 
 
 def whole(key: str, text: str, minimum: int) -> int:
@@ -64,6 +71,8 @@ def whole(key: str, text: str, minimum: int) -> int:
         raise JobError(f"{key}={text!r}: expected {JOB_KEYS[key]}")
     if int(text) > MAXIMA.get(key, int(text)):
         raise JobError(f"{key}={text}: at most {MAXIMA[key]:,}; the frame builds every row (or layer) of it in memory")
+    if key in RANGES and int(text) > RANGES[key][1]:
+        raise JobError(f"{key}={text}: expected {range_text(key)}")
     return int(text)
 
 
@@ -91,7 +100,9 @@ def check_dataset(value: str) -> None:
     if value == "synthetic":
         return
     path = Path(value).expanduser()
-    if path.suffix.lower() in DATA_SUFFIXES or looks_like_path(value) or path.is_dir():
+    # Anything at that path is the dataset (datasets loads a local path before the hub): a FIFO named
+    # like a hub id is refused here, not read by the frame.
+    if path.suffix.lower() in DATA_SUFFIXES or looks_like_path(value) or os.path.lexists(path):
         if not path.exists():
             raise JobError(f"dataset={value!r}: no such file; expected {JOB_KEYS['dataset']}")
         from .dataset_check import check_rows

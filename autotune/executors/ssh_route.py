@@ -5,8 +5,10 @@ paramiko's `SSHConfig` does the matching (Host patterns, Match, `%h` tokens, fir
 what it leaves to its caller: the explicit parts of `host=` (user@, :port) and `ssh_key=` win over the
 file, as on ssh's command line; each ProxyJump hop is itself looked up in the file, the last hop
 reached through the ones before it, as OpenSSH does (`ProxyJump a,b` reaches b through a, and a by its
-own entry); `Include` is read in place (paramiko's parser does not follow it). ProxyCommand is refused:
-a jump host covers what it is mostly used for, without running a local command per connection.
+own entry); `Include` is read in place (paramiko's parser does not follow it), a FIFO or a device
+refused rather than read. No local command runs from the config: `Match exec` is refused before any
+lookup (paramiko would run it to match), and ProxyCommand, LocalCommand and KnownHostsCommand of the
+host are refused (a jump host covers what ProxyCommand is mostly used for).
 A refusal is never skipped for a plain `user@ip` either: `ssh user@ip` would obey a `Host *` block too,
 and going round it would reach the box some other way than ssh does; `ssh_config=/dev/null` is the
 one-word way to read no config at all.
@@ -25,6 +27,7 @@ from pathlib import Path
 from paramiko.config import SSHConfig
 from paramiko.ssh_exception import ConfigParseError
 
+from ..config.inputs import read_text
 from ..util.errors import JobError
 from .known_hosts import KNOWN_HOSTS
 
@@ -35,6 +38,10 @@ _SPEC = re.compile(r"^(?:ssh://)?(?:([^@\s/:]+)@)?([A-Za-z0-9._-]+)(?::(\d{1,5})
 # Refused for every host, a user@ip one too (a `Host *` block matches it): the way round, as `ssh -F /dev/null`.
 _WAY_OUT = "; or skip the SSH config with ssh_config=/dev/null (or another file)"
 _INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.+)$", re.IGNORECASE)
+_MATCH = re.compile(r"^\s*match(?:\s*=\s*|\s+)(.+)$", re.IGNORECASE)
+# Options whose value is a command ssh runs on this machine: never run, so refused where they apply.
+COMMANDS = ("proxycommand", "localcommand", "knownhostscommand")
+_SPELLED = {"proxycommand": "ProxyCommand", "localcommand": "LocalCommand", "knownhostscommand": "KnownHostsCommand"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,8 @@ def route(host: str, config_path: str = "", key: str = "") -> tuple[Hop, ...]:
     `host` and the hop."""
     _check_local_user(host)
     path = Path(config_path or DEFAULT_CONFIG).expanduser()
-    config = load(path) if config_path or path.is_file() else SSHConfig()
+    # /dev/null: no config at all, as `ssh -F /dev/null` (a device is otherwise refused, not read).
+    config = load(path) if (config_path or path.is_file()) and str(path) != os.devnull else SSHConfig()
     return _route(config, path, host, host, key, None, 0)
 
 
@@ -93,7 +101,12 @@ def _lines(path: Path, depth: int) -> list[str]:
     if depth > MAX_INCLUDE_DEPTH:
         raise JobError(f"ssh_config {path}: Include nests deeper than {MAX_INCLUDE_DEPTH} (does it include itself?)")
     out: list[str] = []
-    for line in path.read_text(errors="replace").splitlines(keepends=True):
+    text = read_text(path, f"ssh_config {path}", error=JobError) if path.exists() else path.read_text()
+    for line in text.splitlines(keepends=True):
+        criteria = _MATCH.match(line)
+        if criteria and "exec" in criteria.group(1).lower().replace("=", " ").split():
+            raise JobError(f"ssh_config {path}: `{line.strip()[:80]}` runs a local command to match hosts, which "
+                           f"autotune never runs; write a Host block for the host instead{_WAY_OUT}")
         match = _INCLUDE.match(line)
         if not match:
             out.append(line if line.endswith("\n") else line + "\n")
@@ -125,6 +138,10 @@ def _route(config: SSHConfig, path: Path, host: str, spec: str, key: str, jumps:
     if options.get("proxycommand"):
         raise JobError(f"{what}: ProxyCommand in {path} is not supported; use ProxyJump (or drop it for this host)"
                        f"{_WAY_OUT}")
+    for option in COMMANDS[1:]:
+        if options.get(option):
+            raise JobError(f"{what}: {_SPELLED[option]} in {path} runs a local command, which autotune never runs; "
+                           f"drop it for this host{_WAY_OUT}")
     try:
         port = port or int(options.get("port", 22))
     except ValueError:

@@ -19,6 +19,7 @@ from typing import Any
 from ..util.errors import JobError
 from ..config.inputs import PATH_KEYS, check_digits, check_path, check_word, read_json, shown
 from ..kb.features import GPU_MEMORY_GB, NO_BF16, gpu_key, knob_features, logits_gb
+from ..config.job_keys import RANGES, range_text
 from ..config.knobs import CATALOG, NAIVE_START, Knobs, job_limits, not_applicable, parse_knob_value
 from ..config.presets import PRESETS
 
@@ -72,6 +73,8 @@ def _whole(key: str, text: str) -> int:
     check_digits(key, text)
     if not re.fullmatch(r"\d+", text) or int(text) < 1:
         raise JobError(f"{key}={text!r}: expected {SUGGEST_KEYS[key]}")
+    if key in RANGES and not RANGES[key][0] <= int(text) <= RANGES[key][1]:  # as `tune` takes it: bounded work
+        raise JobError(f"{key}={text}: expected {range_text(key)}")
     return int(text)
 
 
@@ -350,20 +353,22 @@ def run(words: list[str], as_json: bool) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from ..output.display import shown as plain
+
     console = Console()
     shown = {k: advice["features"][k] for k in ("params_m", "max_len", "effective_batch", "method", "gpu_mem_gb",
                                                 "headroom") if k in advice["features"]}
-    console.print("job: " + ", ".join(f"{k}={v}" for k, v in shown.items()), highlight=False)
+    console.print(plain("job: " + ", ".join(f"{k}={v}" for k, v in shown.items())), highlight=False)
     table = Table(title="what to try, best first (from the beliefs; nothing measured)")
     for column in ("#", "change", "P(helps)", "ratio if it helps", "why"):
         table.add_column(column, overflow="fold")
     for n, hypothesis in enumerate(advice["hypotheses"], 1):
         why = hypothesis["rationale"] + (f" [sources: {'; '.join(hypothesis['sources'])}]" if hypothesis["sources"] else "")
-        table.add_row(str(n), hypothesis["change"], f"{hypothesis['p_helps']:.2f}",
-                      f"x{hypothesis['expected_ratio']:.2f}", why)
+        table.add_row(str(n), plain(hypothesis["change"]), f"{hypothesis['p_helps']:.2f}",
+                      f"x{hypothesis['expected_ratio']:.2f}", plain(why))
     console.print(table)
     for item in advice["skipped"]:
-        console.print(f"cannot apply: {item['change']}: {item['why']}", highlight=False)
+        console.print(plain(f"cannot apply: {item['change']}: {item['why']}"), highlight=False)
     for note in advice["notes"]:
-        console.print(f"note: {note}", highlight=False)
+        console.print(plain(f"note: {note}"), highlight=False)
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..util.errors import JobError, RecordError
+from ..util.errors import AutotuneError, DamagedRunError, JobError
 from ..config.inputs import read_json
 from ..config.job import Job
 from ..config.knobs import Knobs
@@ -28,21 +28,39 @@ from .state import LoopState
 DAMAGED = "the run folder is damaged; start a new RUN (this one's records stay as they are)"
 
 
+# Kept in job.json beside the job: how the tune ran, which a `resume` runs the same way.
+MODE_KEYS = ("fresh",)
+
+
 def load_job(root: Path, run: str) -> Job:
+    return load_run(root, run)[0]
+
+
+def load_run(root: Path, run: str) -> tuple[Job, list[str]]:
+    """The job of runs/RUN/ and the modes it was started with (`fresh`), for `resume` and `review`.
+    Only the folder named: a job.json naming another run (a copied folder) is refused, never followed
+    to that run's folder; so is a folder holding a link or a special file (RunFolder.check_own)."""
     folder = RunFolder(root, run)
+    folder.check_own()
     if not folder.job.exists():
         raise JobError(f"RUN {run!r}: no run in {folder.path}; start it with `autotune tune {run} key=value ...`")
+    data = stored(folder.job, run)
+    modes = [key for key in MODE_KEYS if data.pop(key, False) is True]
+    if data.get("run") != run:
+        raise DamagedRunError(f"RUN {run!r}: {folder.job} is the job of run {str(data.get('run'))[:80]!r} (a copied "
+                              f"folder?); a run continues only in its own folder: start a new run from it with "
+                              f"`autotune tune NEW config={folder.path / 'job.yaml'}`")
     try:
-        return Job.from_dict(stored(folder.job, run))
-    except (JobError, TypeError, ValueError, AttributeError) as error:
-        raise RecordError(f"RUN {run!r}: {folder.job} is not a job autotune wrote ({error}); {DAMAGED}") from None
+        return Job.from_dict(data), modes
+    except (JobError, TypeError, ValueError, AttributeError, KeyError) as error:
+        raise DamagedRunError(f"RUN {run!r}: {folder.job} is not a job autotune wrote ({error}); {DAMAGED}") from None
 
 
 def stored(path: Path, run: str) -> dict[str, Any]:
     """A JSON file of the run folder (job, state, frame), or one RecordError line naming it."""
-    data = read_json(path, f"RUN {run!r}", RecordError, hint=DAMAGED)
+    data = read_json(path, f"RUN {run!r}", DamagedRunError, hint=DAMAGED, follow=False)
     if not isinstance(data, dict):
-        raise RecordError(f"RUN {run!r}: {path} holds no JSON object; {DAMAGED}")
+        raise DamagedRunError(f"RUN {run!r}: {path} holds no JSON object; {DAMAGED}")
     return data
 
 
@@ -55,9 +73,26 @@ def _drop_torn_tail(path: Path) -> None:
         truncate_durably(path, end)
 
 
+# What records that do not agree with each other raise where they are read (a baseline missing its
+# measurements, a trial the state does not know, a folder where a file belongs, nesting no record has).
+INCONSISTENT = (KeyError, IndexError, TypeError, ValueError, StopIteration, RecursionError, IsADirectoryError,
+                NotADirectoryError, AttributeError)
+
+
 def restore(tuner: Any) -> None:
     """Make `tuner.state` the state of a run to continue: state.json (LoopState.load), caught up with
-    the records of experiments.jsonl it does not cover, and the frame the loop ranks on."""
+    the records of experiments.jsonl it does not cover, and the frame the loop ranks on. Records that
+    do not agree are one DamagedRunError line (exit 2), never a traceback."""
+    try:
+        _restore(tuner)
+    except AutotuneError:
+        raise
+    except INCONSISTENT as error:
+        raise DamagedRunError(f"RUN {tuner.job.run!r}: its records do not agree ({type(error).__name__}"
+                              f"{': ' + str(error)[:200] if str(error) else ''}); {DAMAGED}") from None
+
+
+def _restore(tuner: Any) -> None:
     folder, job = tuner.folder, tuner.job
     state = (LoopState.load(folder.state, job.start) if folder.state.exists()
              else LoopState.new(job.run, tuner.memory.run_id, job.start))
@@ -115,7 +150,13 @@ def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any
     job = load_job(root, run)
     folder = RunFolder(root, run)
     with folder.locked():  # its outputs are the live tuner's to write while one runs
-        return _review(folder, job, script)
+        try:
+            return _review(folder, job, script)
+        except AutotuneError:
+            raise
+        except INCONSISTENT as error:
+            raise DamagedRunError(f"RUN {run!r}: its records do not agree ({type(error).__name__}"
+                                  f"{': ' + str(error)[:200] if str(error) else ''}); {DAMAGED}") from None
 
 
 def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, Any], Job]:

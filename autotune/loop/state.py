@@ -30,7 +30,7 @@ from ..config.knobs import Knobs
 from ..config.records import TrialRecord
 from ..reasoner import key
 from ..schemas import violation
-from ..util.errors import RecordError
+from ..util.errors import DamagedRunError, RecordError
 from ..util.io import write_json_atomic
 from .outcome import Incumbent
 
@@ -177,14 +177,14 @@ class LoopState:
         """state.json read back, or one RecordError line naming it (torn, not JSON, or not a state
         autotune wrote). `start`: the job's own config, the incumbent before the baseline."""
         run = Path(path).parent.name
-        data = read_json(Path(path), f"RUN {run!r}", RecordError, hint=DAMAGED)
+        data = read_json(Path(path), f"RUN {run!r}", DamagedRunError, hint=DAMAGED, follow=False)
         wrong = violation("loop_state", data)
         if wrong:
-            raise RecordError(f"RUN {run!r}: {path} is not a state autotune wrote ({wrong}); {DAMAGED}")
+            raise DamagedRunError(f"RUN {run!r}: {path} is not a state autotune wrote ({wrong}); {DAMAGED}")
         try:
             return cls.from_dict(data, start)
         except (TypeError, ValueError, KeyError) as error:  # knobs the schema lets through but Knobs refuses
-            raise RecordError(f"RUN {run!r}: {path} is not a state autotune wrote ({error}); {DAMAGED}") from None
+            raise DamagedRunError(f"RUN {run!r}: {path} is not a state autotune wrote ({error}); {DAMAGED}") from None
 
 
 def _key(knobs: dict[str, Any]) -> tuple[Any, ...]:

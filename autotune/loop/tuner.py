@@ -216,7 +216,7 @@ class Tuner:
 
             restore(self)  # self.state: the saved state, caught up with the run folder's records
         else:
-            self.folder.create(self.job.to_dict())
+            self.folder.create({**self.job.to_dict(), **({"fresh": True} if self.memory.fresh else {})})
             self.state.save(self.folder.state)  # the run id is on disk from the start
             self.begin()
             self.state.save(self.folder.state)

@@ -13,10 +13,19 @@ from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.spinner import Spinner
 from rich.table import Table
 
 DECISION_STYLE = {"keep": "bold green", "discard": "dim", "baseline": "cyan"}
+
+
+def shown(value: Any) -> str:
+    """Text from a record, a script or the user as printed: control characters escaped (an escape code a
+    crashing script wrote, or one given in gpu=, is shown, never sent to the terminal) and rich markup
+    quoted (`[bold]` in a reason is text, and `[/x]` no error)."""
+    text = str(value)
+    return escape(text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
 
 
 def _duration(seconds: float) -> str:
@@ -60,7 +69,7 @@ class Progress:
         parts = []
         if self.trial:
             parts.append(f"trial {self.trial}" + (f" of {self.max_trials}" if self.max_trials else ""))
-        parts.append(self.label)
+        parts.append(shown(self.label))
         elapsed = _duration(time.monotonic() - self.started)
         parts.append(f"{elapsed} of {_duration(self.time_budget_s)}" if self.time_budget_s else elapsed)
         if self.best is not None:
@@ -90,10 +99,10 @@ class Progress:
         speed = f"{record['samples_per_s']:.3f} samples/s" if record["samples_per_s"] else record["state"]
         ratio = f" x{record['ratio']:.3f}" if record.get("ratio") else ""
         style = DECISION_STYLE.get(record["decision"], "")
-        change = record["change"] or "baseline"
+        change = shown(record["change"] or "baseline")
         source = " (LLM)" if (record.get("hypothesis") or {}).get("source") == "llm" else ""
         self.console.print(f"{self._elapsed()} #{record['trial']:<3} {change + source:<40} {speed}{ratio}  "
-                           f"[{style}]{record['decision']}[/{style}]  {record['reason']}", highlight=False,
+                           f"[{style}]{record['decision']}[/{style}]  {shown(record['reason'])}", highlight=False,
                            soft_wrap=not self.interactive)  # a log line stays one line, whatever the width
 
     def llm(self, call: dict[str, Any]) -> None:
@@ -105,7 +114,7 @@ class Progress:
             text = (f"LLM {call['model']}: proposes {accepted}"
                     + (f"; {len(call['rejected'])} rejected (see llm.jsonl)" if call["rejected"] else "")
                     + (f"; {len(call['claims'])} new claim(s)" if call["claims"] else ""))
-        self.console.print(f"{self._elapsed()} {text}", highlight=False, soft_wrap=True)
+        self.console.print(f"{self._elapsed()} {shown(text)}", highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         if self.live is not None:
@@ -114,13 +123,13 @@ class Progress:
 
     def final_table(self, outcome: Any, folder: str) -> None:
         self.close()
-        table = Table(title=f"autotune: {len(outcome.records) - 1} trials, stopped: {outcome.stop_reason}")
+        table = Table(title=f"autotune: {len(outcome.records) - 1} trials, stopped: {shown(outcome.stop_reason)}")
         for column in ("#", "change", "state", "decision", "samples/s", "ratio", "peak MiB"):
             table.add_column(column, justify="right" if column in ("#", "samples/s", "ratio", "peak MiB") else "left")
         for r in outcome.records:
             peak = r.get("peak_memory_bytes")
             style = DECISION_STYLE.get(r["decision"], "")
-            table.add_row(str(r["trial"]), r["change"] or "baseline", r["state"], f"[{style}]{r['decision']}[/{style}]",
+            table.add_row(str(r["trial"]), shown(r["change"] or "baseline"), shown(r["state"]), f"[{style}]{r['decision']}[/{style}]",
                           f"{r['samples_per_s']:.3f}" if r["samples_per_s"] else "-",
                           f"{r['ratio']:.3f}" if r["ratio"] else "-", f"{peak / 2**20:.0f}" if peak else "-")
         self.console.print(table)
@@ -128,4 +137,4 @@ class Progress:
         self.console.print(f"baseline {baseline:.3f} samples/s -> best {best:.3f} samples/s "
                            f"([bold]x{outcome.speedup:.2f}[/bold] by interleaved comparisons) in "
                            f"{outcome.device_runs} device runs, {outcome.device_s:.0f}s; "
-                           f"report: {folder}/report.md", highlight=False, soft_wrap=not self.interactive)
+                           f"report: {shown(folder)}/report.md", highlight=False, soft_wrap=not self.interactive)

@@ -3,6 +3,11 @@
 RUN is one path component (never `.` or `..`), so a run folder is always a child of the runs folder.
 The folder is made private to the user (0700) and locked for the life of its tuner (`locked()`): a
 second tuner, a `resume` or a `review` on a live run stops with one line naming the process holding it.
+
+The folder is autotune's own (`check_own`): a symbolic link in it (planted, or copied in) would send a
+write or a truncation outside, and a FIFO or a device where a record is expected would hang the read,
+so either is refused with one line before anything is read or written; the trials' own work trees
+(trials/*/work, the script's inputs) are the workload's and are not looked into.
 """
 
 from __future__ import annotations
@@ -10,18 +15,22 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..util.errors import JobError, RecordError
+from ..util.errors import DamagedRunError, JobError, RecordError
 from ..config.inputs import check_run_name  # noqa: F401 - where runs/RUN/ names were checked before
+from ..config.inputs import read_text, special
 from ..util.io import LockHeld, append_line, lock, write_json_atomic, write_text_atomic
 from ..schemas import validate
 
 
 LOCK_FILE = ".lock"
+WORK_DIR = "work"      # trials/NAME/work: the script's working tree, the workload's to lay out
+MAX_ENTRIES = 200_000  # a run folder has a few files per trial; more is not a folder autotune made
 
 
 class RunFolder:
@@ -58,12 +67,56 @@ class RunFolder:
         from ..config.job import Job
         from ..config.job_files import job_yaml
 
-        write_text_atomic(self.path / "job.yaml", job_yaml(Job.from_dict(dict(job))))
+        write_text_atomic(self.path / "job.yaml", job_yaml(Job.from_dict({k: v for k, v in job.items() if k != "fresh"})))
 
     def make(self) -> None:
-        """The folder, private to the user: trials, records and the job may name private data and models."""
+        """The folder, private to the user: trials, records and the job may name private data and models.
+        One that exists is checked (`check_own`) and made private again (0700), or refused."""
+        self.check_own()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(self.path)
+        if info.st_uid != os.geteuid():
+            raise JobError(f"RUN {self.path.name!r}: {self.path} belongs to another user; pick another RUN name")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            try:
+                os.chmod(self.path, 0o700)
+            except OSError as error:
+                raise JobError(f"RUN {self.path.name!r}: {self.path} cannot be made private ({error.strerror}); "
+                               "pick another RUN name") from None
+
+    def check_own(self) -> None:
+        """JobError (one line, nothing touched) if the folder is a link, or holds a symbolic link, a FIFO,
+        a device or a socket, or a folder where one of its files belongs: autotune never follows or
+        reads one. A folder that does not exist yet passes."""
+        try:
+            info = os.lstat(self.path)
+        except FileNotFoundError:
+            return
+        run = self.path.name
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else (special(info.st_mode) or "a file")
+            raise JobError(f"RUN {run!r}: {self.path} is {what}, not a run folder autotune made; pick another "
+                           "RUN name (or remove it)")
+        files = {p.name for p in (self.job, self.experiments, self.state, self.frame, self.rows, self.llm,
+                                  self.results, self.best, self.report, self.model_config)} | {LOCK_FILE}
+        seen = 0
+        for root, folders, names in os.walk(self.path):
+            here = Path(root)
+            if here.parent.name == "trials" and here.parent.parent == self.path:
+                folders[:] = [f for f in folders if f != WORK_DIR]
+            for name in folders + names:
+                seen += 1
+                path = here / name
+                mode = os.lstat(path).st_mode
+                what = ("a symbolic link" if stat.S_ISLNK(mode) else special(mode)
+                        or ("a folder" if here == self.path and name in files and stat.S_ISDIR(mode) else ""))
+                if what:
+                    raise JobError(f"RUN {run!r}: {path} is {what}; a run folder holds only the files autotune "
+                                   "writes, so it is not followed or read: remove it (or start a new RUN)")
+            if seen > MAX_ENTRIES:
+                raise JobError(f"RUN {run!r}: {self.path} holds more than {MAX_ENTRIES} entries; not a run "
+                               "folder autotune made: start a new RUN")
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -119,13 +172,18 @@ class RunFolder:
         records = []
         if not self.experiments.exists():
             return records
-        for number, line in enumerate(self.experiments.read_text().splitlines(), 1):
+        text = read_text(self.experiments, f"RUN {self.path.name!r}", 2**31, RecordError, follow=False)
+        for number, line in enumerate(text.splitlines(), 1):
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise RecordError(f"{self.experiments}:{number} is torn or corrupt ({error.msg}); "
-                                  "remove that line to recover the rest") from error
-            validate("experiment", record, f"{self.experiments}:{number}")
+            except (json.JSONDecodeError, RecursionError) as error:
+                raise DamagedRunError(f"{self.experiments}:{number} is torn or corrupt "
+                                      f"({getattr(error, 'msg', 'nests too deeply')}); remove that line to recover "
+                                      "the rest") from None
+            try:
+                validate("experiment", record, f"{self.experiments}:{number}")
+            except RecordError as error:  # edited by hand, or from another tool: the run's input is bad
+                raise DamagedRunError(str(error)) from None
             records.append(record)
         return records
 

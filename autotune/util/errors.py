@@ -11,3 +11,8 @@ class JobError(AutotuneError):
 
 class RecordError(AutotuneError):
     """A record failed its schema, or a stored file is torn or corrupt."""
+
+
+class DamagedRunError(RecordError, JobError):
+    """A run folder's files are not what autotune wrote (edited, copied, torn): the input of `resume` or
+    `review` is bad, so exit 2 like any bad input, with what to do instead."""

@@ -10,6 +10,7 @@ raise DiskError, one line naming the file, when the disk refuses (full, read-onl
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -17,9 +18,24 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .errors import AutotuneError
+from .errors import AutotuneError, JobError
 
 RESUME_HINT = "free space and run the command again"
+# Files autotune writes are opened without following a last-name link: one planted in a run folder or
+# a knowledge base (`.lock` -> a user's file) would have the write, the truncation or the lock land there.
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open_own(path: Path, flags: int, mode: int = 0o600) -> int:
+    """os.open of a file of autotune's own, refusing a symbolic link (JobError, one line) instead of
+    following it."""
+    try:
+        return os.open(path, flags | NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise JobError(f"{path} is a symbolic link; autotune's folders hold only the files it writes, so it "
+                           "is not followed: remove the link") from None
+        raise
 
 
 class DiskError(AutotuneError):
@@ -64,7 +80,7 @@ def append_line(path: Path, data: bytes, fix: str = RESUME_HINT, mode: int = 0o6
     if not data.endswith(b"\n"):
         raise ValueError(f"append_line writes whole lines; {len(data)} bytes to {path} do not end one")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
+        fd = _open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     except OSError as error:
         raise DiskError(path, error, fix) from None
     try:
@@ -80,7 +96,7 @@ def write_text_atomic(path: Path, text: str, fix: str = RESUME_HINT) -> None:
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600), "w") as handle:
+        with os.fdopen(_open_own(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -103,7 +119,7 @@ def write_bytes_atomic(path: Path, chunks: Iterable[bytes]) -> list[int]:
     tmp = path.with_name(path.name + ".tmp")
     ends, total = [], 0
     try:
-        with open(tmp, "wb") as handle:
+        with os.fdopen(_open_own(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as handle:
             for data in chunks:
                 handle.write(data)
                 total += len(data)
@@ -147,7 +163,7 @@ def lock(path: Path, exclusive: bool = True, wait: bool = True) -> int:
     is closed (os.close), also when the process dies, and O_CLOEXEC keeps a trial's child from
     inheriting it. Opened per use, never kept across a fork: a child sharing the parent's descriptor
     would share its lock. `wait=False`: LockHeld at once when another holds it."""
-    fd = os.open(path, (os.O_RDWR if exclusive else os.O_RDONLY) | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _open_own(path, (os.O_RDWR if exclusive else os.O_RDONLY) | os.O_CREAT)
     try:
         fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB))
     except BlockingIOError:

@@ -91,6 +91,37 @@ def make_world(root: Path) -> None:
                        ("bomb.yaml", _bomb()), ("nested.yaml", "model: mlp\nmax_len: {a: 1}\n"),
                        ("bad_value.yaml", "model: mlp\nmax_len: 3\n"), ("empty.yaml", "")):
         (jobs / name).write_text(text)
+    # issue 27: special files where a file is expected, numbers YAML cannot hold, repeated keys, a NUL,
+    # SSH configs that would run a local command, exports with a list for an id or a cycle of parents
+    os.mkfifo(root / "fifo")
+    os.mkfifo(root / "fifo.py")
+    os.mkfifo(root / "fifo.yaml")
+    (data / "with_fifo").mkdir()
+    os.mkfifo(data / "with_fifo" / "rows.jsonl")
+    for name, text in (("big_int.yaml", "model: mlp\nmax_len: " + "9" * 5000 + "\n"),
+                       ("dup.yaml", "model: mlp\nmax_len: 64\nmax_len: 128\n"),
+                       ("dup_nested.yaml", "model: mlp\nonly: [padding]\nseed: 1\nseed: 2\n")):
+        (jobs / name).write_text(text)
+    (jobs / "nul.yaml").write_bytes(b"model: mlp\x00\nmax_len: 64\n")
+    ssh = root / "ssh"
+    ssh.mkdir()
+    marker = root / "ran"  # no case may make it: a command of an SSH config ran
+    for name, text in (("match_exec", f'Match exec "touch {marker}"\n  User x\nHost box\n  HostName 127.0.0.1\n'),
+                       ("local_command", f"Host box\n  HostName 127.0.0.1\n  LocalCommand touch {marker}\n"),
+                       ("known_hosts_command", f"Host box\n  HostName 127.0.0.1\n  KnownHostsCommand touch {marker}\n"),
+                       ("include_fifo", f"Include {root / 'fifo'}\nHost box\n  HostName 127.0.0.1\n")):
+        (ssh / name).write_text(text)
+    claim = {"schema_version": 1, "id": "X1", "knob": "padding", "value": "padding_free", "from": None,
+             "direction": "helps", "ratio": 1.3, "condition": "", "alpha": 2.0, "beta": 2.0, "source": "test",
+             "statement": "", "relations": [], "parent": "X2", "origin": "learned", "status": "active",
+             "status_reason": ""}
+    for name, content in (("cycle", {"claims": [claim, {**claim, "id": "X2", "parent": "X1"}]}),
+                          ("self_parent", {"claims": [{**claim, "id": "X3", "parent": "X3"}]}),
+                          ("list_id", {"claims": [{**claim, "id": ["X1"], "parent": None}]}),
+                          ("list_event_claim", {"claim_history": [{"claim": ["P01"], "op": "evidence"}]}),
+                          ("list_trial_number", {"trials": [{"schema_version": 1, "run_id": "r", "trial": [1]}]})):
+        (root / f"{name}.json").write_text(json.dumps({"schema_version": 1, "claims": [], "claim_history": [],
+                                                       "runs": [], "trials": [], **content}))
     runs = root / "runs"
     for run, files in (("bad-job", {"job.json": "garbage"}), ("list-job", {"job.json": "[1, 2]"}),
                        ("odd-job", {"job.json": json.dumps({"run": "odd-job", "colour": "red"})}),
@@ -144,7 +175,7 @@ CASES = [
     ("mem_margin-above-0.9", tune("r", *job(mem_margin="2")), 2, "mem_margin", ()),
     ("host-port-too-big", tune("r", *job(host="me@box:99999")), 2, "host", ()),
     ("suggest-unknown-key", ["suggest", "model=7B", "max_len=512", "colour=red"], 2, "colour", ()),
-    ("escape-bytes-shown-not-sent", tune("r", *job(only="\x1b[2J")), 2, "\\x1b[2J is not a knob", ()),
+    ("escape-bytes-shown-not-sent", tune("r", *job(only="\x1b[2J")), 2, "\\x1b[2J': holds the control character", ()),
     ("dataset-name-too-long", tune("r", *job(dataset="n" * 300 + ".jsonl")), 2, "a file or folder name of 306", ()),
     ("ssh_key-name-too-long", tune("r", *job(host="me@box", ssh_key="k" * 300)), 2, "ssh_key=", ()),
     ("ssh_config-missing", tune("r", *job(host="gpu-box", ssh_config="nowhere")), 2, "ssh_config='nowhere'", ()),
@@ -168,12 +199,12 @@ CASES = [
     ("kb-import-5000-digit-number", ["kb", "import", "big_number.json"], 2, "not JSON autotune reads", ()),
     ("kb-import-not-json", ["kb", "import", "not_json.json"], 2, "not JSON", ()),
     ("kb-show-unknown-claim", ["kb", "show", "no-such-claim"], 2, "no-such-claim", ("kb",)),
-    # a damaged run folder on resume / review: exit 1, the folder named, nothing of it rewritten
-    ("resume-garbage-job.json", tune("bad-job", "resume"), 1, "job.json: not JSON", ("runs/bad-job",)),
-    ("review-garbage-job.json", tune("bad-job", "review"), 1, "job.json: not JSON", ("runs/bad-job",)),
-    ("resume-job.json-a-list", tune("list-job", "resume"), 1, "holds no JSON object", ("runs/list-job",)),
-    ("resume-job.json-odd-keys", tune("odd-job", "resume"), 1, "not a job autotune wrote", ("runs/odd-job",)),
-    ("resume-garbage-state.json", tune("bad-state", "resume"), 1, "state.json: not JSON",
+    # a damaged run folder on resume / review: exit 2 (bad input to resume), the folder named, nothing of it rewritten
+    ("resume-garbage-job.json", tune("bad-job", "resume"), 2, "job.json: not JSON", ("runs/bad-job",)),
+    ("review-garbage-job.json", tune("bad-job", "review"), 2, "job.json: not JSON", ("runs/bad-job",)),
+    ("resume-job.json-a-list", tune("list-job", "resume"), 2, "holds no JSON object", ("runs/list-job",)),
+    ("resume-job.json-odd-keys", tune("odd-job", "resume"), 2, "not a job autotune wrote", ("runs/odd-job",)),
+    ("resume-garbage-state.json", tune("bad-state", "resume"), 2, "state.json: not JSON",
      ("runs/bad-state", "kb")),
     # scripts and their configs
     ("script-latin1-bytes", tune("r", f"script={S}latin1.py", "effective_batch=4"), 2, "not UTF-8", ()),
@@ -222,6 +253,62 @@ CASES = [
     ("dataset-fake-parquet", tune("r", *job(dataset="data/fake.parquet")), 2, "not a parquet file", ()),
     ("dataset-empty-json-list", tune("r", *job(dataset="data/empty_list.json")), 2, "holds no rows", ()),
     ("dataset-folder-without-data", tune("r", *job(dataset="data/no_data_files")), 2, "no data file", ()),
+    # issue 27: special files where a file is expected: one line, never read (a FIFO would wait forever)
+    ("dataset-fifo", tune("r", *job(dataset="fifo")), 2, "fifo is a FIFO", ()),
+    ("dataset-fifo-in-a-folder", tune("r", *job(dataset="data/with_fifo")), 2, "is a FIFO", ()),
+    ("dataset-character-device", tune("r", *job(dataset="/dev/zero")), 2, "is a character device", ()),
+    ("config-fifo", tune("r", "config=fifo.yaml"), 2, "is a FIFO", ()),
+    ("from-fifo", tune("r", "from=fifo.yaml"), 2, "is a FIFO", ()),
+    ("script-fifo", tune("r", "script=fifo.py", "effective_batch=4"), 2, "is a FIFO", ()),
+    ("script_configs-fifo", tune("r", f"script={S}plain.py", "script_configs=fifo.yaml", "effective_batch=4"), 2,
+     "is a FIFO", ()),
+    ("ssh_config-fifo", tune("r", *job(host="box", ssh_config="fifo")), 2, "is a FIFO", ()),
+    ("ssh_key-fifo", tune("r", *job(host="me@box", ssh_key="fifo")), 2, "is a FIFO", ()),
+    ("ssh-include-of-a-fifo", tune("r", *job(host="box", ssh_config="ssh/include_fifo")), 2, "is a FIFO", ()),
+    ("kb-import-fifo", ["kb", "import", "fifo"], 2, "is a FIFO", ()),
+    # issue 27: no local command from an SSH config
+    ("ssh-match-exec", tune("r", *job(host="box", ssh_config="ssh/match_exec")), 2, "runs a local command", ()),
+    ("ssh-local-command", tune("r", *job(host="box", ssh_config="ssh/local_command")), 2, "LocalCommand", ()),
+    ("ssh-known-hosts-command", tune("r", *job(host="box", ssh_config="ssh/known_hosts_command")), 2,
+     "KnownHostsCommand", ()),
+    # issue 27: job files YAML takes but a job cannot hold
+    ("config-yaml-int-5000-digits", tune("r", "config=jobs/big_int.yaml"), 2, "fewer digits", ()),
+    ("config-nul-byte", tune("r", "config=jobs/nul.yaml"), 2, "not valid YAML", ()),
+    ("config-duplicate-key", tune("r", "config=jobs/dup.yaml"), 2, "'max_len' is given twice (lines 2 and 3)", ()),
+    ("config-duplicate-key-later", tune("r", "config=jobs/dup_nested.yaml"), 2, "'seed' is given twice", ()),
+    ("from-duplicate-key", tune("r", "from=jobs/dup.yaml"), 2, "is given twice", ()),
+    ("script_configs-duplicate-key", tune("r", f"script={S}plain.py", "script_configs=jobs/dup.yaml",
+                                          "effective_batch=4"), 2, "is given twice", ()),
+    # issue 27: ~user of no user, control characters, ranges
+    ("dataset-unknown-user", tune("r", *job(dataset="~no_such_user_27/d.jsonl")), 2, "no user 'no_such_user_27'", ()),
+    ("config-unknown-user", tune("r", "config=~no_such_user_27/job.yaml"), 2, "no user", ()),
+    ("kb-unknown-user", tune("r", *job(kb="~no_such_user_27/kb")), 2, "no user", ()),
+    ("suggest-model-unknown-user", ["suggest", "model=~no_such_user_27/m", "max_len=512"], 2, "no user", ()),
+    ("kb-list-unknown-user", ["kb", "list", "--kb", "~no_such_user_27/kb"], 2, "home folder", ()),
+    ("gpu-escape-code", tune("r", *job(gpu="\x1b[31mred")), 2, "holds the control character", ()),
+    ("dataloader_num_workers-17-digits", tune("r", *job(dataloader_num_workers="9" * 17)), 2, "from 0 to 256", ()),
+    ("dataloader_prefetch_factor-huge", tune("r", *job(dataloader_prefetch_factor="100000")), 2, "0 to 1,024", ()),
+    ("seed-past-32-bits", tune("r", *job(seed=str(2**32))), 2, "0 to 4,294,967,295", ()),
+    ("max_trials-past-range", tune("r", *job(max_trials="10001")), 2, "1 to 10,000 trials", ()),
+    ("time-past-a-year", tune("r", *job(time="9000h")), 2, "1 to 31,622,400 seconds", ()),
+    ("mem_limit-past-a-pebibyte", tune("r", *job(mem_limit="2000TB")), 2, "at most 1PiB", ()),
+    ("suggest-effective_batch-18-digits", ["suggest", "model=7B", "max_len=512", "effective_batch=" + "9" * 18], 2,
+     "1 to 65,536 rows", ()),
+    ("suggest-micro-batch-huge", ["suggest", "model=7B", "max_len=512", "per_device_train_batch_size=99999999"], 2,
+     "1 to 65,536", ()),
+    # issue 27: kb import of a list where an id belongs, and of parents in a cycle
+    ("kb-import-list-for-an-id", ["kb", "import", "list_id.json"], 2, "claim id ['X1'] is not plain", ()),
+    ("kb-import-list-for-a-claim", ["kb", "import", "list_event_claim.json"], 2, "history event claim", ()),
+    ("kb-import-list-for-a-trial-number", ["kb", "import", "list_trial_number.json"], 2, "not a whole number", ()),
+    ("kb-import-parent-cycle", ["kb", "import", "cycle.json"], 2, "form a cycle", ("kb",)),  # read: its lock
+    ("kb-import-own-parent", ["kb", "import", "self_parent.json"], 2, "form a cycle", ("kb",)),
+    # issue 27: usage errors are one line too
+    ("usage-unknown-option", tune("r", "--bogus"), 2, "unrecognized arguments: --bogus", ()),
+    ("usage-no-run", ["tune"], 2, "tune: the following arguments are required: RUN", ()),
+    ("usage-unknown-command", ["bogus"], 2, "invalid choice: 'bogus'", ()),
+    ("usage-kb-without-command", ["kb"], 2, "kb: the following arguments are required", ()),
+    ("usage-kb-show-without-claim", ["kb", "show"], 2, "CLAIM", ()),
+    ("runs-dir-empty", tune("r", *job(), "--runs-dir", ""), 2, "--runs-dir is empty", ()),
     # known_hosts with a marker line paramiko cannot read: the tune reaches the connection, one line
     ("known_hosts-cert-authority", tune("r", *job(host="me@127.0.0.1:1")), 1, "cannot connect", ("runs/r", "kb")),
 ]
@@ -267,6 +354,7 @@ def test_bad_input_is_one_line_and_changes_nothing_it_does_not_own(world, capsys
     assert lines[0].startswith("autotune: ") and needle in lines[0], lines[0]
     assert len(lines[0]) < 700, f"one readable line, not a dump: {len(lines[0])} characters"
     assert changed(before, snapshot(world), owned) == []
+    assert not (world / "ran").exists(), "a command of an SSH config ran"
     if code == 2:
         assert not (world / "runs" / "r").exists(), "a refused job must not create its run folder"
 

@@ -76,3 +76,11 @@ def test_a_folder_names_its_files_when_none_has_text(tmp_path):
         (folder / name).write_text('{"n": 1}\n')
     with pytest.raises(JobError, match="none of the 2 rows of the 2 data files"):
         check_rows(str(folder))
+
+
+def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path):
+    """A 200k-character document in one field: the frame's reader takes it, so the check does too."""
+    path = tmp_path / "long.csv"
+    path.write_text("text,label\n" + "a" * 200_000 + ",1\n")
+    check_rows(str(path))
+

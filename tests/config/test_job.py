@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -236,3 +237,18 @@ def test_mlp_keys_that_do_not_fit_are_one_line_errors(words, named):
     with pytest.raises(JobError) as error:
         job_from_words("m", words)
     assert named in str(error.value) and "\n" not in str(error.value)
+
+
+def test_every_numeric_job_key_has_a_documented_range_checked_before_work():
+    from autotune.config.job_keys import RANGES, range_text
+    from autotune.workloads.jobs import job_from_words
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "reference" / "job-keys.md").read_text()
+    for key in ("max_len", "effective_batch", "max_trials", "time", "seed", "mem_limit", "mem_margin",
+                "llm_timeout", "mlp_width", "mlp_depth", "mlp_rows"):
+        assert key in RANGES and range_text(key) in page, key
+    words = {"max_trials": "10001", "seed": str(2**32), "time": "9000h", "mlp_rows": str(10**7 + 1),
+             "mem_margin": "0.95", "effective_batch": str(2**16 + 1)}
+    for key, value in words.items():
+        with pytest.raises(JobError):
+            job_from_words("r", ["model=mlp", f"{key}={value}"])

@@ -186,3 +186,18 @@ def test_the_knob_table_is_the_one_place_a_knob_is_declared():
             assert stored["enum"] == list(knob.choices), knob.name
         else:
             assert stored["type"] == {"bool": "boolean", "int": "integer"}[knob.kind], knob.name
+
+
+def test_every_int_knob_has_a_range_checked_on_parse_and_on_construction():
+    for knob in (k for k in CATALOG.values() if k.kind == "int"):
+        assert knob.maximum > knob.minimum >= 0, knob.name
+        assert parse_knob_value(knob.name, str(knob.maximum)) == knob.maximum
+        with pytest.raises(JobError, match=f"from {knob.minimum:,} to {knob.maximum:,}"):
+            parse_knob_value(knob.name, str(knob.maximum + 1))
+        with pytest.raises(JobError, match="whole number from"):
+            Knobs(**{knob.name: knob.maximum + 1})
+
+
+def test_divisors_are_found_up_to_the_square_root():
+    assert divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36] and divisors(1) == [1] and divisors(13) == [1, 13]
+    assert divisors(2**16)[-1] == 2**16 and len(divisors(2**16)) == 17

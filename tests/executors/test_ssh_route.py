@@ -4,6 +4,7 @@ host= override, ProxyJump chains, and the one-line refusals."""
 from __future__ import annotations
 
 import getpass
+import os
 
 import pytest
 
@@ -133,7 +134,7 @@ def test_a_refusal_of_the_config_names_the_way_round_it_for_a_user_at_ip_host_to
     monkeypatch.setattr(paramiko.config, "invoke", None)          # Match exec without invoke installed
     monkeypatch.setattr(paramiko.config, "invoke_import_error", ImportError("No module named 'invoke'"))
     write(home, "Match exec true\n  User matched\n")
-    with pytest.raises(JobError, match="pip install invoke.* ssh_config=/dev/null"):
+    with pytest.raises(JobError, match="Match exec true` runs a local command.* ssh_config=/dev/null"):
         route("me@10.0.0.7")
     assert addresses(route("me@10.0.0.7:2222", "/dev/null")) == ["me@10.0.0.7:2222"]   # no config read at all
 
@@ -171,3 +172,26 @@ def test_the_ssh_key_help_puts_the_configs_identity_file_first_as_the_connection
 
     help_text = JOB_KEYS["ssh_key"]
     assert help_text.index("IdentityFile") < help_text.index("agent") < help_text.index("~/.ssh/id_*"), help_text
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('Match exec "touch {marker}"\n  User x\n', "Match exec"),
+    ('Host *\n  Match host box exec "touch {marker}"\n', "runs a local command to match"),
+    ("Host box\n  HostName 127.0.0.1\n  LocalCommand touch {marker}\n", "LocalCommand in"),
+    ("Host box\n  HostName 127.0.0.1\n  KnownHostsCommand /bin/sh -c 'touch {marker}'\n", "KnownHostsCommand in"),
+])
+def test_no_local_command_of_the_config_runs_and_the_refusal_names_the_way_out(home, tmp_path, text, needle):
+    marker = tmp_path / "ran"
+    write(home, text.format(marker=marker))
+    with pytest.raises(JobError, match=needle) as caught:
+        route("box")
+    assert "ssh_config=/dev/null" in str(caught.value) and "\n" not in str(caught.value)
+    assert not marker.exists(), "a command of the SSH config ran"
+
+
+def test_an_include_of_a_fifo_is_refused_not_read(home, tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    write(home, f"Include {fifo}\nHost box\n  HostName 127.0.0.1\n")
+    with pytest.raises(JobError, match="is a FIFO"):  # reading it would wait for a writer forever
+        route("box")

@@ -224,3 +224,13 @@ def test_a_deleted_claim_stays_in_the_history_but_is_no_longer_believed(tmp_path
         assert view.matching("gradient_checkpointing", True, False, FEATURES) == []
         assert [e["op"] for e in view.history("GC")] == ["weaken"] * 5 + ["delete"]
         assert view.graph.nodes["GC"]["status"] == "deleted"
+
+
+def test_a_cycle_of_parents_already_in_a_store_ends_the_lineage(tmp_path):
+    """A store written before `kb import` refused cycles (or by hand): `kb show` must still return."""
+    base = Beliefs(None).claims()[0].to_dict()
+    definition = {k: v for k, v in base.items() if k not in ("confidence", "posterior", "expected_ratio", "evidence")}
+    Store(tmp_path).extend("claims", [{**definition, "id": "C1", "parent": "C2", "origin": "learned"},
+                                      {**definition, "id": "C2", "parent": "C1", "origin": "learned"}])
+    beliefs = Beliefs(Store(tmp_path))
+    assert beliefs.lineage("C1") == ["C1", "C2"] and beliefs.lineage("C2") == ["C2", "C1"]

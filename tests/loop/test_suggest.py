@@ -147,3 +147,15 @@ def test_a_job_no_change_makes_fit_is_told_so_rather_than_that_a_fit_is_ranked_f
 def test_the_opt_in_reads_as_tunes_does(capsys):
     assert main(["suggest", "model=7B", "max_len=512", "allow_numerics_change=yes"]) == 2
     assert "allow_numerics_change='yes'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("batch", ["65536", "65520", "999999999999999999"])
+def test_suggest_answers_at_once_for_any_batch(capsys, batch):
+    """A batch of 10**18 is refused by its range, the largest allowed ranked in well under a second of work
+    (the divisors are found up to the square root, not by counting to the batch)."""
+    import time
+
+    started = time.process_time()
+    code = main(["suggest", "model=7B", "max_len=512", f"effective_batch={batch}", "--json"])
+    assert time.process_time() - started < 5  # CPU time: a loaded machine does not fail it
+    assert code == (0 if len(batch) < 6 else 2)

@@ -57,8 +57,10 @@ class _KnobsMethods:
             knob, value = CATALOG[field.name], getattr(self, field.name)
             if knob.kind == "bool" and not isinstance(value, bool):
                 raise JobError(f"{knob.name}={value!r}: expected true or false")
-            if knob.kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise JobError(f"{knob.name}={value!r}: expected a whole number >= 0")
+            if knob.kind == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0
+                                       or value > knob.maximum):
+                raise JobError(f"{knob.name}={value!r}: expected a whole number from {knob.minimum:,} to "
+                               f"{knob.maximum:,}")
             if knob.kind == "choice" and value not in knob.choices:
                 raise JobError(f"{knob.name}={value!r}: expected one of {', '.join(knob.choices)}")
             if knob.kind == "int" and value < knob.minimum:
@@ -105,6 +107,8 @@ def parse_knob_value(name: str, text: str) -> Any:
         check_digits(name, text)
         if not re.fullmatch(r"[0-9]+", text.strip()):
             raise JobError(f"{name}={text!r}: expected a whole number, for example {name}=2")
+        if not knob.minimum <= int(text) <= knob.maximum:
+            raise JobError(f"{name}={text}: expected a whole number from {knob.minimum:,} to {knob.maximum:,}")
         return int(text)
     if text not in knob.choices:
         raise JobError(f"{name}={text!r}: expected one of {', '.join(knob.choices)}")
@@ -138,7 +142,7 @@ def knobs_schema() -> dict[str, Any]:
         if knob.kind == "bool":
             return {"type": "boolean"}
         if knob.kind == "int":
-            return {"type": "integer", "minimum": knob.minimum}
+            return {"type": "integer", "minimum": knob.minimum, "maximum": knob.maximum}
         return {"enum": list(knob.choices)}
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": "knobs.json",
             "title": "One training configuration (TrainingArguments / SFTConfig names where they exist)",

@@ -44,6 +44,9 @@ class Knob:
     choices: tuple[Any, ...] = ()
     naive: Any = None
     minimum: int = 0          # an int knob's least value
+    # An int knob's greatest value, checked where a value is read (the user's words, a config, a record):
+    # a loader of 10**17 workers would spawn processes until the budget ends. docs/reference/knobs.md.
+    maximum: int = 0
     affects_memory: bool = False
     help: str = ""
     # Only image-text models have it (rank proposes it only where the frame found a vision tower).

@@ -15,7 +15,7 @@ from .values import (ATTENTION, BASE_DTYPES, COMPILE_MODES, HUB_FLASH, IMAGE_PIX
                      PRECISIONS)
 
 TABLE: tuple[Knob, ...] = (
-    Knob("per_device_train_batch_size", "int", naive=1, minimum=1, affects_memory=True,
+    Knob("per_device_train_batch_size", "int", naive=1, minimum=1, maximum=2**16, affects_memory=True,
          help="rows per micro-batch; accumulation makes up the rest of effective_batch",
          climb="divisors", rank=1, requires=needs.micro_batch,
          interacts=("padding", "gradient_checkpointing", "torch_compile", "optim"), numerics_class="precision",
@@ -50,7 +50,8 @@ TABLE: tuple[Knob, ...] = (
     Knob("torch_compile", "bool", naive=False, affects_memory=True, help="torch.compile the model",
          tries=(False, True), rank=9, requires=needs.compile_, measure_cost=2.0, numerics_class="precision",
          sft=field("torch_compile", bool), script_names=("torch_compile", "compile", "use_compile")),
-    Knob("dataloader_num_workers", "int", naive=0, help="collation in worker processes", tries=(2, 0), rank=6, step=2,
+    Knob("dataloader_num_workers", "int", naive=0, maximum=256, help="collation in worker processes", tries=(2, 0),
+         rank=6, step=2,
          requires=needs.workers, sft=field("dataloader_num_workers", int),
          script_names=("dataloader_num_workers", "num_workers", "workers")),
     Knob("dataloader_pin_memory", "bool", naive=False, help="page-locked host batches (CUDA)", tries=(True, False),
@@ -67,7 +68,7 @@ TABLE: tuple[Knob, ...] = (
          script_names=("optim", "optimizer", "optimizer_name")),
     # Image-text models only (features say so): a resolution cap where the user allowed one, and a vision
     # tower run without autograd where nothing in it trains.
-    Knob("max_image_pixels", "int", naive=0, affects_memory=True, vision=True, changes_training=True,
+    Knob("max_image_pixels", "int", naive=0, maximum=2**30, affects_memory=True, vision=True, changes_training=True,
          help="VLMs: cap each image at this many pixels before the processor (0: the processor's own); "
               "tried only with allow_image_resize=true",
          tries=(IMAGE_PIXEL_CAP, 0), rank=10, numerics_class="changes"),
@@ -113,7 +114,7 @@ TABLE: tuple[Knob, ...] = (
     Knob("dataloader_persistent_workers", "bool", naive=False, help="loader workers live across epochs (with workers)",
          tries=(True, False), rank=18, requires=needs.with_workers("dataloader_persistent_workers"),
          sft=field("dataloader_persistent_workers", bool), sft_later=True),
-    Knob("dataloader_prefetch_factor", "int",
+    Knob("dataloader_prefetch_factor", "int", maximum=1024,
          naive=0, help="batches each loader worker prepares ahead (0: torch's default, 2; with workers)",
          tries=(4, 0), rank=19, requires=needs.with_workers("dataloader_prefetch_factor"), sft=to.prefetch,
          sft_later=True),

@@ -28,4 +28,6 @@ def is_flash(attn: str) -> bool:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending: pairs up to its square root, so a huge n costs microseconds, not hours."""
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]

@@ -9,6 +9,7 @@ from typing import Any
 from ...config.job import Job, ScriptJob
 from ...config.job_common import common_fields
 from ...config.job_keys import JOB_KEYS
+from ...config.inputs import check_not_special
 from ...config.job_values import whole
 from ...config.knobs import CATALOG
 from ...util.errors import JobError
@@ -28,6 +29,7 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
         raise JobError("realize= does not apply with script=: your script is the trainer, and its best config is "
                        "the settings for your files and flags; drop realize=")
     script = Path(pairs["script"]).expanduser()
+    check_not_special(script, f"script={pairs['script']}")
     if script.suffix != ".py" or not script.is_file():
         raise JobError(f"script={pairs['script']!r}: no such Python file; expected {JOB_KEYS['script']}")
     from .discover import parse_script
@@ -35,6 +37,7 @@ def script_job(run: str, pairs: dict[str, str], smoke: bool, place: Any = None) 
     parse_script(script)  # bytes that are not Python (latin-1 without a coding line) stop here, in one line
     labels = tuple(p.strip() for p in pairs.get("script_configs", "").split(",") if p.strip())
     for label in labels:
+        check_not_special(Path(label).expanduser(), f"script_configs={label}")
         if not Path(label).expanduser().is_file():
             raise JobError(f"script_configs: no such file {label!r}; expected {JOB_KEYS['script_configs']}")
         if Path(label).suffix.lower() not in (".yaml", ".yml", ".json", ".py"):
