@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..kb.claims import Claim, change_value
 # CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
-from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable
-from ..config.records import Changes, RecordLike, Source, change_text, typed
+from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable, parse_knob_value
+from ..config.records import Changes, RecordLike, Source, change_text, parse_change, typed
+from ..util.errors import RecordError
 from .cost import trial_cost
 from .combine import repaired, together
 
@@ -75,6 +76,20 @@ class Hypothesis:
         return {"change": self.change, "p_helps": round(self.p_helps, 4), "expected_ratio": round(self.expected_ratio, 4),
                 "cost": round(self.cost, 3), "score": round(self.score, 5), "claims": list(self.claims),
                 "rationale": self.reason, "source": self.source.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Hypothesis":
+        """A record's hypothesis read back (`to_dict`'s form): its change split into typed single changes."""
+        changes = [(knob, parse_knob_value(knob, text) if knob in CATALOG else text)
+                   for knob, text in parse_change(data.get("change"))]
+        if not changes:
+            raise RecordError(f"a hypothesis without a change: {dict(data)}")
+        (knob, value), *also = changes
+        source = data.get("source") or Source.RANK
+        return cls(knob, value, data.get("rationale") or "", p_helps=data.get("p_helps", 0.5),
+                   expected_ratio=data.get("expected_ratio", 1.0), cost=data.get("cost", 1.0),
+                   score=data.get("score", 0.0), claims=tuple(data.get("claims") or ()), also=tuple(also),
+                   source=Source(source) if source in Source._value2member_map_ else Source.RANK)
 
 
 # A jump in micro-batch goes at most this many times the incumbent's: memory per row is measured at

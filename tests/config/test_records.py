@@ -42,3 +42,12 @@ def test_a_hypothesis_source_is_the_enum_and_its_record_the_word():
     assert json.loads(json.dumps(hypothesis.to_dict()))["source"] == "pooled"
     assert parse_change(hypothesis.change) == (("padding", "longest"), ("group_by_length", "True"))
     assert parse_change(None) == ()
+
+
+def test_a_recorded_hypothesis_reads_back_typed():
+    made = Hypothesis("per_device_train_batch_size", 4, "why", p_helps=0.7, also=(("group_by_length", True),),
+                      claims=("C1",), source=Source.WARM_START)
+    again = Hypothesis.from_dict(json.loads(json.dumps(made.to_dict())))
+    assert again.changes == (("per_device_train_batch_size", 4), ("group_by_length", True))
+    assert again.source is Source.WARM_START and again.claims == ("C1",) and again.reason == "why"
+    assert again.apply(Knobs()) == made.apply(Knobs())
