@@ -32,7 +32,8 @@ lint: $(STAMP)
 $(CHOICE): FORCE
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(PYTHON) scripts/torch_index.py --explain > $@.new
-	@cmp -s $@.new $@ || mv $@.new $@
+	@# Another build wanted than the one installed: remove it first (pip takes 2.13.0+cpu for ==2.13.0).
+	@cmp -s $@.new $@ || { test ! -f $@ || $(BIN)/python -m pip uninstall -q -y torch; mv $@.new $@; }
 	@rm -f $@.new
 
 $(STAMP): $(CHOICE) pyproject.toml Makefile

@@ -133,7 +133,9 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def machine() -> str:
-    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    """The machine, and how busy it was as the tune began (a smoke budget buys fewer trials on a loaded box)."""
+    load = f", load {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}{load}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,7 +95,12 @@ def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, 
 def _end_session() -> None:
     # The session holds the trial and its loader workers; a process that leads none ends alone, so a
     # runner started by hand with the variable inherited cannot take its caller's group with it.
-    os.killpg(os.getpgrp(), signal.SIGKILL) if os.getpgrp() == os.getpid() else os.kill(os.getpid(), signal.SIGKILL)
+    if os.getpgrp() == os.getpid():
+        if procs.TAG_ENV in os.environ:
+            procs.end_descendants()   # those that left the group too (a daemon its script started)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def die_with_owner() -> None:

@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,21 @@ def _tail(path: Path) -> str:
         return ""
 
 
+# A socket's path has at most 107 bytes (AF_UNIX); multiprocessing and torch put theirs under TMPDIR with
+# ~40 bytes of their own, so a trial folder deeper than this gets a short temporary folder instead.
+TMP_PATH_MAX = 64
+
+
+def trial_tmp(trial_dir: Path, tag: str) -> Path:
+    """The trial's temporary folder: `trials/N/tmp`, or where that path is too long for the sockets made
+    in it, a private folder named by the trial's tag under /tmp; either is removed when the trial ends."""
+    inside = trial_dir.resolve() / "tmp"
+    if len(str(inside)) <= TMP_PATH_MAX:
+        return inside
+    base = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"autotune-{os.getuid()}-{tag}"
+
+
 class LocalExecutor:
     def __init__(self, python: str = sys.executable, extra_env: dict[str, str] | None = None,
                  fork: bool = True) -> None:
@@ -79,7 +95,7 @@ class LocalExecutor:
     def _env(self, spec: dict[str, Any], trial_dir: Path, tag: str) -> dict[str, str]:
         # Temporary files (tempfile, multiprocessing's pymp-*, torch.compile's caches) go in the trial's
         # folder, removed when it ends; the tag finds every process it started (util/procs.py).
-        tmp = trial_dir / "tmp"
+        tmp = trial_tmp(trial_dir, tag)
         env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
                OWNER_ENV: str(os.getpid()),  # the trial ends itself if this process dies first
                procs.TAG_ENV: tag, "TMPDIR": str(tmp)}
@@ -135,7 +151,7 @@ class LocalExecutor:
             return refused
         started = time.monotonic()
         tag, since = f"{os.getpid()}.{next(_tags)}", procs.now_ticks()
-        (trial_dir / "tmp").mkdir(mode=0o700, exist_ok=True)
+        trial_tmp(trial_dir, tag).mkdir(mode=0o700, exist_ok=True)
         child = self._start(spec, trial_dir, tag)
         _live.add(child.pid)
         try:
@@ -149,7 +165,7 @@ class LocalExecutor:
             _live.discard(child.pid)
             # Whatever the trial left running (a daemon its script started) ends with it, and its temporary files go.
             procs.end_trial(tag, None, since, procs.helpers() | _live)
-            shutil.rmtree(trial_dir / "tmp", ignore_errors=True)
+            shutil.rmtree(trial_tmp(trial_dir, tag), ignore_errors=True)
         wall = round(time.monotonic() - started, 3)
         if code is None:
             return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",

@@ -262,6 +262,7 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
     the rest by how much memory each saves, then by score."""
     from .limits import frame_limit
 
+    from ..config.records import Source
     from ..reasoner.rank import Hypothesis
 
     max_len, method, batch, gpu = features["max_len"], features["method"], features["effective_batch"], features["gpu_mem_gb"]
@@ -283,7 +284,7 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
             (knob, value), *also = changes
             fitting = [Hypothesis(knob, value, "the start config does not fit (estimated); together these make it "
                                   f"fit with headroom {estimate_headroom(shape, max_len, gpu, method, current):.2f}",
-                                  p_helps=1.0, expected_ratio=1.0, also=tuple(also), source="fit")]
+                                  p_helps=1.0, expected_ratio=1.0, also=tuple(also), source=Source.FIT)]
     rest = sorted((h for h in ready if h not in fitting), key=lambda h: (-round(after[id(h)], 3), -h.score))
     return fitting + rest
 

@@ -18,7 +18,8 @@ from ..kb.beliefs import Beliefs
 from ..kb.claims import Claim
 from ..kb.experience import Experience, new_run_id
 from ..kb.features import context, device_fingerprint, job_features, job_fingerprint, software
-from ..config.knobs import Knobs
+from ..config.knobs import CATALOG, Knobs
+from ..config.records import UNSPLIT_SOURCES, Source, parse_change
 from ..reasoner import Hypothesis, Observation, key, observe, outcome_of
 from ..reasoner.combine import together
 
@@ -102,7 +103,7 @@ class Memory:
         best = Knobs.from_dict(past["best"]["knobs"])
         device, batch = self.frame.get("device", {}), self.job.effective_batch
         pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
-                   if not (k == "per_device_train_batch_size" and batch % v)]
+                   if not (CATALOG[k].climb == "divisors" and batch % v)]
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
         changes = together(incumbent, pending, device, batch)
         current = incumbent
@@ -114,7 +115,7 @@ class Memory:
         gain = past["best"].get("speedup", 1.0)
         return Hypothesis(first[0], first[1], f"warm start: the best config of run {past['run']} "
                           f"({past['run_id']}, x{gain:.2f} over its baseline), a similar job on this kind of device",
-                          p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source="warm_start")
+                          p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source=Source.WARM_START)
 
     def spread_prior(self) -> dict[str, Any] | None:
         """The run-to-run spread of past runs on this device (every group of runs of one config the
@@ -142,7 +143,7 @@ class Memory:
         lesson = Lesson(record, incumbent, features, hypothesis.to_dict() if hypothesis else None)
         outcome = outcome_of(record)
         # A combined warm start or pooled change says nothing about which of its parts did what.
-        combined = hypothesis is not None and hypothesis.source in ("warm_start", "warm_check", "pooled", "model") and bool(hypothesis.also)
+        combined = hypothesis is not None and hypothesis.source in UNSPLIT_SOURCES and bool(hypothesis.also)
         if hypothesis is None or outcome is None or combined:
             return lesson
         experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
@@ -181,8 +182,8 @@ class Memory:
         hypothesis, outcome = trial.get("hypothesis"), outcome_of(trial)
         if not hypothesis or outcome is None or (trial["state"] == "replayed" and not trial.get("replayed_from")):
             return []  # nothing to learn, or a replay recorded before replays named their source
-        names = [part.split("=", 1)[0] for part in str(hypothesis.get("change") or "").split("+")]
-        if len(names) > 1 and hypothesis.get("source") in ("warm_start", "warm_check", "pooled", "model"):
+        names = [knob for knob, _ in parse_change(hypothesis.get("change"))] or [""]
+        if len(names) > 1 and hypothesis.get("source") in UNSPLIT_SOURCES:
             return []  # as in `learn`: a combined change says nothing about its parts
         experiment = trial.get("replayed_from") or trial["experiment"]
         self.beliefs = Beliefs(self.store)

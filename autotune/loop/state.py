@@ -27,6 +27,7 @@ from typing import Any
 
 from ..config.inputs import read_json
 from ..config.knobs import Knobs
+from ..config.records import TrialRecord
 from ..reasoner import key
 from ..schemas import violation
 from ..util.errors import DamagedRunError, RecordError
@@ -82,7 +83,7 @@ class LoopState:
         makes the trial's config the incumbent, built from its measurements. Returns the incumbent that
         follows (the state's from now on)."""
         self.incumbent = incumbent
-        if (record.get("replayed_state") or record["state"]) == "oom" and change is not None:
+        if TrialRecord.from_dict(record).outcome == "oom" and change is not None:
             self.blocked.setdefault(key(incumbent.knobs), set()).add(change)
         if record["decision"] == "keep":
             kept = Incumbent(Knobs.from_dict(record["knobs"]), [], record["trial"], profile=dict(incumbent.profile))

@@ -16,10 +16,11 @@ known). It is re-tried once an incumbent differs in a linked knob: the loss may 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ..kb.claims import Claim
 from ..config.knobs import CATALOG_ORDER, INTERACTIONS, Knobs, not_applicable
+from ..config.records import RecordLike, Source, TrialRecord, typed
 from .combine import repaired
 from .rank import (EXPLORATION, UNKNOWN_RATIO, UNKNOWN_UNCERTAINTY, Hypothesis, _cost, _enabling,
                    _weight, key)
@@ -46,27 +47,26 @@ def linked(knob: str, claims: Iterable[Claim] = ()) -> set[str]:
     return found
 
 
-def incumbents(records: list[dict[str, Any]]) -> list[tuple[Knobs, dict[str, Any]]]:
+def incumbents(records: Sequence[RecordLike]) -> list[tuple[Knobs, TrialRecord]]:
     """(the incumbent it was tried on, record) for every trial, in order: the incumbent is the config
     of the latest kept trial before it (the baseline's at first)."""
-    if not records:
+    trials = typed(records)
+    if not trials:
         return []
-    current, out = Knobs.from_dict(records[0]["knobs"]), []
-    for record in records[1:]:
+    current, out = Knobs.from_dict(trials[0].knobs), []
+    for record in trials[1:]:
         out.append((current, record))
-        if record["decision"] == "keep":
-            current = Knobs.from_dict(record["knobs"])
+        if record.decision == "keep":
+            current = Knobs.from_dict(record.knobs)
     return out
 
 
-def lost(record: dict[str, Any]) -> bool:
+def lost(record: RecordLike) -> bool:
     """Did this trial measure its change slower than its incumbent beyond the noise floor?"""
-    state = record.get("replayed_state") or record["state"]
-    interval, floor = record.get("interval"), record.get("noise_floor") or 0.0
-    return state == "complete" and record["decision"] == "discard" and bool(interval) and interval[1] < 1 - floor  # type: ignore[index]  # bool(interval): not None
+    return typed([record])[0].lost
 
 
-def refuted(hypothesis: Hypothesis, incumbent: Knobs, records: list[dict[str, Any]],
+def refuted(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[RecordLike],
             claims: Iterable[Claim] = ()) -> str | None:
     """Why `hypothesis` need not be tried on `incumbent`: the same change lost by more than the noise
     on an incumbent that differs from this one only in knobs unlinked to it; None if none did."""
@@ -75,22 +75,22 @@ def refuted(hypothesis: Hypothesis, incumbent: Knobs, records: list[dict[str, An
     claims = list(claims)
     near = linked(hypothesis.knob, claims)
     for tried_on, record in incumbents(records):
-        if record["change"] != hypothesis.change or not lost(record):
+        if record.change != hypothesis.change or not record.lost:
             continue
         differs = set(incumbent.diff(tried_on))
         if not differs & near:
-            low, high = record["interval"]
+            low, high = record.interval or (0.0, 0.0)   # a lost trial has its interval
             where = ("this incumbent" if not differs else
                      f"an incumbent that differs only in {', '.join(sorted(differs))}, which nothing links to it")
-            return (f"refuted: lost x{record['ratio']:.3f} [{low:.3f}, {high:.3f}] in trial {record['trial']} "
+            return (f"refuted: lost x{record.ratio:.3f} [{low:.3f}, {high:.3f}] in trial {record.trial} "
                     f"on {where}")
     return None
 
 
-def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: list[dict[str, Any]],
+def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: Sequence[RecordLike],
               claims: Iterable[Claim], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
     """The hypotheses not refuted here; each refuted one joins `skipped` with why."""
-    claims = list(claims)
+    claims, records = list(claims), typed(records)
     kept = []
     for hypothesis in hypotheses:
         why = refuted(hypothesis, incumbent, records, claims)
@@ -101,24 +101,23 @@ def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: list[dict
     return kept
 
 
-WARM = ("warm_start", "warm_check")
+WARM = (Source.WARM_START, Source.WARM_CHECK)
 
 
-def combined_kept(records: list[dict[str, Any]]) -> tuple[Knobs, dict[str, Any]] | None:
+def combined_kept(records: Sequence[RecordLike]) -> tuple[Knobs, TrialRecord] | None:
     """(the incumbent before, record) of the trial that made the current incumbent, when it was a
     combined change whose parts were never measured alone here (a warm start, its check, a pooled
     change); None otherwise."""
-    kept = [(before, record) for before, record in incumbents(records) if record["decision"] == "keep"]
+    kept = [(before, record) for before, record in incumbents(records) if record.decision == "keep"]
     if not kept:
         return None
     before, record = kept[-1]
-    source = (record.get("hypothesis") or {}).get("source")
-    if source not in (*WARM, "pooled") or "+" not in (record["change"] or ""):
+    if record.source not in (*WARM, Source.POOLED) or not record.combined:
         return None
     return before, record
 
 
-def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple[Any, ...]], device: dict[str, Any],
+def reverts(incumbent: Knobs, records: Sequence[RecordLike], measured: set[tuple[Any, ...]], device: dict[str, Any],
             effective_batch: int, claims: Iterable[Claim] = (), features: dict[str, Any] | None = None) -> list[Hypothesis]:
     """After a combined change was kept (a warm start, a pooled change), each of its parts undone on
     its own: it was judged only together with the others, and one of them may cost here what the
@@ -138,10 +137,10 @@ def reverts(incumbent: Knobs, records: list[dict[str, Any]], measured: set[tuple
             continue
         p, ratio, cost, score, ids, why = undo_score(knob, value, incumbent, claims, features or {},
                                                      order.index(knob) if knob in order else len(order))
-        hypothesis = Hypothesis(knob, value, f"undo {knob} of the combined change kept in trial {record['trial']}: "
+        hypothesis = Hypothesis(knob, value, f"undo {knob} of the combined change kept in trial {record.trial}: "
                                 f"it was measured only together with the others; {why}", p_helps=p,
                                 expected_ratio=ratio, cost=cost, score=score, claims=ids, also=changes[1:],
-                                source="revert")
+                                source=Source.REVERT)
         if key(hypothesis.apply(incumbent)) not in measured:
             out.append(hypothesis)
     return out
@@ -178,7 +177,7 @@ def undo_score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], fea
     return p, ratio, cost, score, tuple(c.id for c, _, _ in sides), why
 
 
-def undecided_pair(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
+def undecided_pair(incumbent: Knobs, records: Sequence[RecordLike], device: dict[str, Any], effective_batch: int,
                    measured: set[tuple[Any, ...]]) -> tuple[tuple[tuple[str, Any], ...], tuple[float, float]] | None:
     """The two best single changes on this incumbent that the noise left undecided (none lost beyond
     the noise floor, `lost`), made together; with their ratios. Where the model of
@@ -186,19 +185,17 @@ def undecided_pair(incumbent: Knobs, records: Iterable[dict[str, Any]], device: 
     changes is the least sure thing it holds: one trial settles it before the loop stops. None when
     fewer than two are undecided, their pair does not apply here or was measured."""
     best: dict[str, tuple[float, Any]] = {}
-    for record in records:
-        state = record.get("replayed_state") or record["state"]
-        interval = record.get("interval")
-        if record["decision"] != "discard" or state != "complete" or not interval or "+" in (record["change"] or ""):
+    for record in typed(records):
+        if record.decision != "discard" or record.outcome != "complete" or record.interval is None or record.combined:
             continue
-        if lost(record):
+        if record.lost or record.ratio is None:
             continue
-        diff = incumbent.diff(Knobs.from_dict(record["knobs"]))
+        diff = incumbent.diff(Knobs.from_dict(record.knobs))
         if len(diff) != 1:
             continue  # tried on another incumbent: it says nothing of this one
         (knob, (_, value)), = diff.items()
-        if knob not in best or record["ratio"] > best[knob][0]:
-            best[knob] = (record["ratio"], value)
+        if knob not in best or record.ratio > best[knob][0]:
+            best[knob] = (record.ratio, value)
     if len(best) < 2:
         return None
     (k1, (r1, v1)), (k2, (r2, v2)) = sorted(best.items(), key=lambda item: -item[1][0])[:2]

@@ -25,6 +25,7 @@ from typing import Any, Iterable
 from ..util.errors import JobError
 from ..kb.claims import INT_KNOBS, Claim, ConditionError, parse_condition
 from ..kb.features import NUMERIC, fingerprint
+from ..config.records import Source
 from ..config.knobs import CATALOG, Knobs, not_applicable, parse_knob_value
 from ..schemas import load
 from .rank import Hypothesis, key, score
@@ -117,8 +118,9 @@ def prompt_context(features: dict[str, Any], incumbent: Knobs, effective_batch: 
     """What the model is shown: numbers and names only, never the user's data rows."""
     catalog = {name: {"kind": knob.kind, "choices": list(knob.choices), "help": knob.help}
                for name, knob in CATALOG.items()}
-    catalog["per_device_train_batch_size"]["choices"] = [d for d in range(1, effective_batch + 1)
-                                                         if effective_batch % d == 0]
+    for name, knob in CATALOG.items():
+        if knob.climb == "divisors":   # the micro-batch: the divisors of the effective batch
+            catalog[name]["choices"] = [d for d in range(1, effective_batch + 1) if effective_batch % d == 0]
     shown_claims = sorted(claims, key=lambda c: -len(c.evidence))[:CLAIMS_SHOWN]
     return {
         "features": features, "incumbent": incumbent.to_dict(), "effective_batch": effective_batch,
@@ -234,7 +236,7 @@ def _hypothesis(item: dict[str, Any], model: str, incumbent: Knobs, device: dict
     (knob, value), *rest = changes
     scored = score(knob, value, incumbent, claims, features)
     reason = f"proposed by the LLM ({model}): {item['rationale'].strip()}; the beliefs: {scored.reason}"
-    return replace(scored, reason=reason, also=tuple(rest), source="llm"), None
+    return replace(scored, reason=reason, also=tuple(rest), source=Source.LLM), None
 
 
 def _claim(item: dict[str, Any], model: str, features: dict[str, Any]) -> tuple[Claim | None, str | None]:

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..kb.claims import Claim, change_value
 # CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
-from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable
+from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable, parse_knob_value
+from ..config.records import Changes, RecordLike, Source, change_text, parse_change, typed
+from ..util.errors import RecordError
 from .cost import trial_cost
 from .combine import repaired, together
 
@@ -46,15 +48,20 @@ class Hypothesis:
     score: float = 0.0
     claims: tuple[str, ...] = ()
     also: tuple[tuple[str, Any], ...] = ()
-    source: str = "rank"                 # rank | warm_start | warm_check | llm | pooled | model: who proposed it
+    source: Source = Source.RANK         # who proposed it (a word in records: rank, warm_start, ...)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, Source):  # a word, as older callers and records give it
+            object.__setattr__(self, "source", Source(self.source))
 
     @property
-    def changes(self) -> tuple[tuple[str, Any], ...]:
+    def changes(self) -> Changes:
+        """The single changes it makes, in order: one, or several for a combined change."""
         return ((self.knob, self.value),) + self.also
 
     @property
     def change(self) -> str:
-        return "+".join(f"{knob}={value}" for knob, value in self.changes)
+        return change_text(self.changes)
 
     @property
     def affects_memory(self) -> bool:
@@ -68,7 +75,21 @@ class Hypothesis:
     def to_dict(self) -> dict[str, Any]:
         return {"change": self.change, "p_helps": round(self.p_helps, 4), "expected_ratio": round(self.expected_ratio, 4),
                 "cost": round(self.cost, 3), "score": round(self.score, 5), "claims": list(self.claims),
-                "rationale": self.reason, "source": self.source}
+                "rationale": self.reason, "source": self.source.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Hypothesis":
+        """A record's hypothesis read back (`to_dict`'s form): its change split into typed single changes."""
+        changes = [(knob, parse_knob_value(knob, text) if knob in CATALOG else text)
+                   for knob, text in parse_change(data.get("change"))]
+        if not changes:
+            raise RecordError(f"a hypothesis without a change: {dict(data)}")
+        (knob, value), *also = changes
+        source = data.get("source") or Source.RANK
+        return cls(knob, value, data.get("rationale") or "", p_helps=data.get("p_helps", 0.5),
+                   expected_ratio=data.get("expected_ratio", 1.0), cost=data.get("cost", 1.0),
+                   score=data.get("score", 0.0), claims=tuple(data.get("claims") or ()), also=tuple(also),
+                   source=Source(source) if source in Source._value2member_map_ else Source.RANK)
 
 
 # A jump in micro-batch goes at most this many times the incumbent's: memory per row is measured at
@@ -223,7 +244,7 @@ def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features
              and c.matches(c.knob, c.value, getattr(incumbent, c.knob), features)]
     conflicting = [c for c in claims if c not in matched and c not in needs and _conflicts(c, knob, value, incumbent)]
     # A micro-batch claim speaks of one doubling; a jump of several makes the expected gain several times.
-    steps = max(1.0, math.log2(value / start)) if knob == "per_device_train_batch_size" and value > start else 1.0
+    steps = max(1.0, math.log2(value / start)) if CATALOG[knob].climb == "divisors" and value > start else 1.0
     return _scored(knob, value, matched, features, order, against=needs + conflicting, steps=steps)
 
 
@@ -240,7 +261,8 @@ def _conflicts(claim: Claim, knob: str, value: Any, incumbent: Knobs) -> bool:
         about_this = claim.knob == knob and claim.value == change_value(knob, getattr(incumbent, knob), value)
         if about_this and str(getattr(incumbent, other_knob)) == other_text:
             return True
-        claim_in_place = claim.knob not in ("per_device_train_batch_size", "dataloader_num_workers") \
+        # A claim about an int knob speaks of `up` or `down`, never a value the incumbent holds.
+        claim_in_place = CATALOG[claim.knob].kind != "int" \
             and getattr(incumbent, claim.knob) == claim.value
         if knob == other_knob and str(value) == other_text and claim_in_place:
             return True
@@ -284,19 +306,20 @@ def _enabled(incumbent: Knobs, device: dict[str, Any], effective_batch: int, mea
 
 def _target_value(knob: str, text: str, incumbent: Knobs, effective_batch: int) -> Any:
     current = getattr(incumbent, knob)
-    if knob == "per_device_train_batch_size":
+    entry = CATALOG[knob]
+    if entry.climb == "divisors":
         options = [d for d in divisors(effective_batch) if (d > current if text == "up" else d < current)]
         if not options:
             return None
         return options[0] if text == "up" else options[-1]
-    if knob == "dataloader_num_workers":
-        return current + 2 if text == "up" else (max(0, current - 2) if current else None)
+    if entry.step:
+        return current + entry.step if text == "up" else (max(0, current - entry.step) if current else None)
     if text in ("True", "true", "False", "false"):
         return text.lower() == "true"
     return text
 
 
-def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str, Any], effective_batch: int,
+def pooled(incumbent: Knobs, records: Iterable[RecordLike], device: dict[str, Any], effective_batch: int,
            measured: set[tuple[Any, ...]]) -> Hypothesis | None:
     """Once every single change has been tried: those that measured faster than this incumbent but
     within the noise floor, made together. Gains each too small to tell from noise can add up to one
@@ -306,16 +329,15 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
     the incumbent in exactly the knob it changed), the best value per knob, those that apply together.
     """
     best: dict[str, tuple[float, Any]] = {}
-    for record in records:
-        state = record.get("replayed_state") or record["state"]
-        if record["decision"] != "discard" or state != "complete" or not record.get("ratio") or record["ratio"] <= 1:
+    for record in typed(records):
+        if record.decision != "discard" or record.outcome != "complete" or not record.ratio or record.ratio <= 1:
             continue
-        diff = incumbent.diff(Knobs.from_dict(record["knobs"]))
-        if len(diff) != 1 or "+" in (record["change"] or ""):
+        diff = incumbent.diff(Knobs.from_dict(record.knobs))
+        if len(diff) != 1 or record.combined:
             continue
         (knob, (_, value)), = diff.items()
-        if knob not in best or record["ratio"] > best[knob][0]:
-            best[knob] = (record["ratio"], value)
+        if knob not in best or record.ratio > best[knob][0]:
+            best[knob] = (record.ratio, value)
     # together(): a change that applied when it was added may not in the config they make at the end.
     ordered = [(knob, value) for knob, (_, value) in sorted(best.items(), key=lambda item: -item[1][0])]
     changes, current, gain = [], incumbent, 1.0
@@ -328,7 +350,7 @@ def pooled(incumbent: Knobs, records: Iterable[dict[str, Any]], device: dict[str
     (knob, value), *rest = changes
     shown = ", ".join(f"{k}={v} x{best[k][0]:.3f}" if k in best else f"{k}={v}" for k, v in changes)
     return Hypothesis(knob, value, f"each alone measured faster but within the noise floor ({shown}); together "
-                      "they may clear it", p_helps=0.5, expected_ratio=gain, also=tuple(rest), source="pooled")
+                      "they may clear it", p_helps=0.5, expected_ratio=gain, also=tuple(rest), source=Source.POOLED)
 
 
 def key(knobs: Knobs) -> tuple[Any, ...]:

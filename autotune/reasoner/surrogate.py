@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from ..kb.claims import Claim
 from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors
 from .combine import repaired
 from .links import incumbents, linked
+from ..config.records import RecordLike, Source, typed
 from .rank import Hypothesis, key, score
 
 MAIN_SD = 0.3           # prior spread of a knob value's log effect (x0.74 .. x1.35 at one sd)
@@ -48,7 +49,7 @@ def space(incumbent: Knobs, effective_batch: int, features: dict[str, Any]) -> d
     for knob, listed in CATALOG_ORDER:
         if CATALOG[knob].vision and not features.get("vlm"):
             continue
-        options = divisors(effective_batch) if knob == "per_device_train_batch_size" else list(listed)
+        options = divisors(effective_batch) if CATALOG[knob].climb == "divisors" else list(listed)
         values[knob] = list(dict.fromkeys([getattr(incumbent, knob), *options]))
     return values
 
@@ -94,17 +95,16 @@ class Model:
                 out[i] = 1.0
         return out
 
-    def fit(self, records: list[dict[str, Any]]) -> int:
+    def fit(self, records: Sequence[RecordLike]) -> int:
         """Condition on every complete trial's interleaved ratio; returns how many it used."""
         rows, ys, weights = [], [], []
         for incumbent, record in incumbents(records):
-            state = record.get("replayed_state") or record["state"]
-            if state != "complete" or not record.get("ratio") or not record.get("interval"):
+            if record.outcome != "complete" or not record.ratio or record.interval is None:
                 continue
-            low, high = record["interval"]
+            low, high = record.interval
             sd = max(MIN_SD, (math.log(max(high, 1e-9)) - math.log(max(low, 1e-9))) / 3.92)
-            rows.append(self.x(Knobs.from_dict(record["knobs"])) - self.x(incumbent))
-            ys.append(math.log(record["ratio"]))
+            rows.append(self.x(Knobs.from_dict(record.knobs)) - self.x(incumbent))
+            ys.append(math.log(record.ratio))
             weights.append(sd ** -2)
         if rows:
             x, y, w = np.array(rows), np.array(ys), np.array(weights)
@@ -139,13 +139,14 @@ class Model:
         return mu, sd, improvement
 
 
-def proposals(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str, Any], effective_batch: int,
+def proposals(incumbent: Knobs, records: Sequence[RecordLike], device: dict[str, Any], effective_batch: int,
               measured: set[tuple[Any, ...]], claims: Iterable[Claim] = (), features: dict[str, Any] | None = None,
               reach: int = 2) -> list[Hypothesis]:
     """Every config one or two changes from the incumbent that applies here and was not measured,
     best expected improvement first (its `score`; `expected_ratio` the expected gain)."""
     claims, features = [c for c in claims if c.active], features or {}
-    start = Knobs.from_dict(records[0]["knobs"]) if records else incumbent
+    records = typed(records)
+    start = Knobs.from_dict(records[0].knobs) if records else incumbent
     values = space(incumbent, effective_batch, features)
     model = Model(start, {k: list(dict.fromkeys([getattr(start, k), *vs])) for k, vs in values.items()},
                   claims, features)
@@ -169,6 +170,6 @@ def proposals(incumbent: Knobs, records: list[dict[str, Any]], device: dict[str,
             found[key(knobs)] = Hypothesis(
                 knob, value, f"model of all {used} trials so far: expected x{math.exp(mu):.3f} (sd {sd:.3f} in log), "
                 f"expected improvement x{math.exp(improvement):.4f}", p_helps=0.5 * math.erfc(-mu / sd / math.sqrt(2)),
-                expected_ratio=math.exp(mu), score=improvement, also=tuple(rest), source="model")
+                expected_ratio=math.exp(mu), score=improvement, also=tuple(rest), source=Source.MODEL)
     return sorted(found.values(), key=lambda h: -h.score)
 

@@ -73,7 +73,7 @@ def test_a_torn_or_foreign_state_file_is_one_line_naming_it(tmp_path, capsys, te
     folder = RunFolder(tmp_path, "r")
     folder.state.write_text(text)
     before = folder.experiments.read_bytes()
-    assert main(["tune", "--runs-dir", str(tmp_path), "r", "resume"]) == 1
+    assert main(["tune", "--runs-dir", str(tmp_path), "r", "resume"]) == 2  # bad input: exit 2, as #27 asks
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1 and "Traceback" not in err
     assert folder.experiments.read_bytes() == before and folder.state.read_text() == text  # nothing rewritten

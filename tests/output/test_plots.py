@@ -23,3 +23,17 @@ def test_a_run_writes_its_plots_and_the_report_links_them(tmp_path):
         assert f"![{name}]({name}.png)" in report
     assert "the kept changes' 95% intervals multiplied" in report
     assert any(r["state"] == "oom" for r in outcome.records)  # a failed trial is drawn on the axis, not dropped
+
+
+def test_without_matplotlib_the_report_is_written_and_says_how_to_get_the_plots(tmp_path, monkeypatch):
+    import sys
+
+    tuner = Tuner(tiny_job(max_trials=3), TableExecutor({("padding", "padding_free"): 2.0}), tmp_path)
+    outcome = tuner.run()
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # as after `pip install -e .` without [plots]
+    write_report(tuner.folder, tuner.job, outcome, best_config(tuner.job, outcome.best.knobs))
+    report = tuner.folder.report.read_text()
+    assert "pip install 'autotune[plots]'" in report and "![progress]" not in report
+    assert "## Trials" in report

@@ -123,7 +123,8 @@ def test_a_resume_logs_what_the_store_lacks_and_nothing_twice(in_tmp, store, mon
     from mlflow.tracking import MlflowClient
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-    table_executor(monkeypatch, KilledAt(FACTORS, at=10))
+    # The fifth run: the baseline's runs and the first trial's are recorded, the second trial is running.
+    table_executor(monkeypatch, KilledAt(FACTORS, at=5))
     assert main(["tune", "r", "model=mlp", "max_trials=5", "mlflow_experiment=resume"]) == 130
     killed = RunFolder(in_tmp / "runs", "r").read_experiments()
     parent, children = tracked(store, "resume")

@@ -30,6 +30,8 @@ def test_json_is_all_of_stdout_and_no_gain_exits_3(in_tmp, capfd):
     records = [json.loads(line) for line in (Path(data["files"]["folder"]) / "experiments.jsonl").read_text().splitlines()]
     assert data["device_runs"] == sum(len(r["measurements"]) for r in records) >= 2
     assert data["device_s"] == pytest.approx(sum(r["wall_s"] for r in records), abs=0.2) and data["device_s"] > 0
+    report = Path(data["files"]["report"]).read_text()
+    assert f"device time: {data['device_runs']} runs" in report and "(min_gain)" in report
     assert "samples/s" in err, "the progress and the table go to stderr"
     assert err.splitlines()[-1].startswith("autotune: no change was kept") and "exit 3" in err.splitlines()[-1]
     # The same run reviewed from its folder: the same object; without the flag, exit 0.

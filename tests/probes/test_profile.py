@@ -2,22 +2,27 @@
 
 from __future__ import annotations
 
-import time
+import types
 
 import pytest
 
 from autotune.probes.profile import PhaseTimer, breakdown
 
 
-def test_phases_add_up_to_the_step_and_other_takes_the_rest():
+def test_phases_add_up_to_the_step_and_other_takes_the_rest(monkeypatch):
+    # A fake clock: each phase lasts what the test says, whatever the machine's load does to a sleep.
+    from autotune.probes import profile
+
+    now = [100.0]
+    monkeypatch.setattr(profile, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
     phases = PhaseTimer()
-    began = time.perf_counter()
+    began = now[0]
     phases.start()
     for phase, seconds in (("data_wait", 0.02), ("forward", 0.04), ("backward", 0.06), ("optimizer", 0.02)):
-        time.sleep(seconds)
+        now[0] += seconds
         phases.mark(phase)
-    time.sleep(0.02)  # host time between phases
-    phases.add_step(time.perf_counter() - began)
+    now[0] += 0.02  # host time between phases
+    phases.add_step(now[0] - began)
     shares = breakdown(phases.totals(), padded_tokens=300, real_tokens=100)
     assert shares["backward_share"] > shares["forward_share"] > shares["data_wait_share"]
     total = sum(shares[f"{p}_share"] for p in ("data_wait", "forward", "backward", "optimizer", "other"))

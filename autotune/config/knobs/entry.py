@@ -57,6 +57,8 @@ class Knob:
     # neighbouring divisors of effective_batch around the incumbent's value.
     tries: tuple[Any, ...] = ()
     climb: str | None = None
+    # An int knob's step where a claim says `up` or `down` (an enabled change: workers + 2).
+    step: int = 0
     # Its place in the ranking's tie order (lower first: the largest typical effects); the table's
     # order is the config's field order, which records keep.
     rank: int = 1000

@@ -146,9 +146,10 @@ class WorstCase:
             if name == "position_ids":
                 return torch.arange(self.max_len, device=value.device, dtype=value.dtype).expand(ids.shape[0], -1)
             return worst.to(value.dtype).clone()
-        if isinstance(batch, dict):
-            return type(batch)({k: like(k, v) for k, v in batch.items()}) if type(batch) is dict else \
-                _set_items(batch, like)
+        if type(batch) is dict:
+            return {k: like(k, v) for k, v in batch.items()}
+        if isinstance(batch, dict) or hasattr(batch, "keys"):   # transformers' BatchEncoding, a UserDict
+            return _set_items(batch, like)
         if isinstance(batch, (list, tuple)):
             return type(batch)(like(None, v) for v in batch)
         return like(None, batch)

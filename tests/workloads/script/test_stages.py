@@ -23,6 +23,10 @@ def test_a_loader_batch_becomes_max_len_rows_with_labels_and_mask_to_match():
     x, y = worst.widen((ids, ids.roll(1, 1)))             # nanoGPT-style (X, Y) pairs
     assert x.shape == y.shape == (2, 16)
     assert worst.widen({"input_ids": torch.zeros(2, 16, dtype=torch.long)})["input_ids"].shape == (2, 16)
+    from transformers import BatchEncoding   # what transformers' collators hand over
+
+    encoded = worst.widen(BatchEncoding({"input_ids": ids, "labels": ids}))
+    assert encoded["input_ids"].shape == encoded["labels"].shape == (2, 16)
 
 
 def test_the_ceiling_counts_only_when_every_model_call_was_max_len_wide():
