@@ -116,7 +116,8 @@ def test_no_refuted_change_is_tried_again(in_tmp):
     trials = Tuner(job, Table(job.start.to_dict()), in_tmp / "runs").run().records
     claims = Beliefs(Store(kb_folder())).claims()
     assert len(trials) > 3 and any(t["decision"] == "discard" for t in trials)
-    for index, (incumbent, record) in enumerate(incumbents(trials)):
+    for index, (incumbent, typed) in enumerate(incumbents(trials)):
+        record = typed.raw  # the stored record the typed view reads
         if record["change"] and "+" not in record["change"]:
             knob, _, _ = record["change"].partition("=")
             hypothesis = Hypothesis(knob, record["knobs"][knob], "")
