@@ -19,9 +19,7 @@ import argparse
 import dataclasses
 import enum
 import importlib
-import os
 import runpy
-import sys
 from typing import Any
 
 # (module, class, methods) wrapped; a library that is not installed is skipped.
@@ -109,15 +107,13 @@ class Watch:
 def parse(spec: dict[str, Any]) -> dict[str, Any]:
     """The runner's `kind=parse`: the script run until its parser returns, in a copy of the user's
     folder as a trial's; what that returned."""
-    from .workdir import build_workdir
+    from .workdir import as_main, build_workdir
 
     mirror, script, argv, _ = build_workdir(spec)
     watch = Watch().install()
-    old_argv, old_path, old_cwd = sys.argv, list(sys.path), os.getcwd()
-    sys.argv, sys.path[:0] = [str(script), *argv], [str(script.parent)]
-    os.chdir(mirror)
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with as_main(script, argv, mirror):
+            runpy.run_path(str(script), run_name="__main__")
     except Parsed:
         pass
     except SystemExit as stop:   # argparse's --help or a usage error: no values to read
@@ -125,8 +121,6 @@ def parse(spec: dict[str, Any]) -> dict[str, Any]:
             return {"parsed": None, "reason": f"the script exited ({stop.code}) before its parser returned"}
     finally:
         watch.remove()
-        sys.argv, sys.path[:] = old_argv, old_path
-        os.chdir(old_cwd)
     return {"parsed": {"parser": watch.parser, "values": watch.found} if watch.found is not None else None}
 
 

@@ -36,7 +36,7 @@ from ...engine import common
 from .losses import LossReader, patch_cross_entropy
 from .rows import Census, row_key, watch_loaders
 from .stages import autocast_dtype, synchronize, timed_backward
-from .workdir import _edited, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
+from .workdir import _edited, as_main, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
 
 
 _is_compiling: Any = None   # torch.compiler.is_compiling, bound once the hooks are installed
@@ -281,11 +281,9 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     handles = _install(meter)
     memory.reset_peak(device)
     sampler = nvml.Sampler(device).start()
-    old_argv, old_path, old_cwd = sys.argv, list(sys.path), os.getcwd()
-    sys.argv, sys.path[:0] = [str(script), *argv], [str(script.parent)]
-    os.chdir(mirror)
     try:
-        runpy.run_path(str(script), run_name="__main__")
+        with as_main(script, argv, mirror):
+            runpy.run_path(str(script), run_name="__main__")
     except MeasurementDone:
         pass
     except Exception as error:  # noqa: BLE001 - an OOM on the worst-case rows is the ceiling's answer
@@ -299,8 +297,6 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         sampler.stop()
         for handle in handles:
             handle.remove()
-        sys.argv, sys.path[:] = old_argv, old_path
-        os.chdir(old_cwd)
     needed, steps = meter.measured_end, len(meter.ends)
     if steps < meter.end:
         what = "measuring needs" if steps < needed else "the steps after the measured ones need"

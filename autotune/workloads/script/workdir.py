@@ -4,8 +4,11 @@ script finds its files at the paths it expects and whatever it writes stays in t
 
 from __future__ import annotations
 
+import os
+import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ...util.errors import JobError
 
@@ -69,3 +72,18 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str
 
     argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
     return mirror, placed[Path(script["path"])], argv, copied
+
+
+@contextmanager
+def as_main(script: Path, argv: list[str], mirror: Path) -> Iterator[None]:
+    """The process as `python script ARGV` run in the trial's copy would see it (argv, the script's folder
+    first on sys.path, the copy as the working folder), put back after: the runner runs the script in
+    its own process, then reads what it measured."""
+    old_argv, old_path, old_cwd = sys.argv, list(sys.path), os.getcwd()
+    sys.argv, sys.path[:0] = [str(script), *argv], [str(script.parent)]
+    os.chdir(mirror)
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+        os.chdir(old_cwd)
