@@ -8,6 +8,7 @@ loop's modules are imported when a tune starts.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,7 +31,6 @@ def run_place(runs_dir: str | Path, run: str) -> Any:
     """Where RUN's folder goes and its lock, for a job whose reading runs something of the user's (a
     script's probe): the lock a tune holds, taken only once every key is checked; a folder that already
     holds a run, or one in use, is refused before anything runs."""
-    from contextlib import contextmanager
 
     from .config.inputs import check_writable_folder
     from .output.records import RunFolder
@@ -76,16 +76,23 @@ def _refused(place: Any, run: str) -> None:
         pass   # in use or gone: nothing of ours to remove
 
 
+@contextmanager
+def _placed(runs_dir: str | Path, run: str) -> Iterator[Any]:
+    """RUN's place for reading a job; a refusal takes back the folder its probe made."""
+    place = run_place(runs_dir, run)
+    try:
+        yield place
+    except JobError:
+        _refused(place, run)
+        raise
+
+
 def job_from_words(run: str, words: list[str], runs_dir: str | Path = "runs") -> tuple[Job, list[str]]:
     """The job and the mode words of `autotune tune RUN key=value ...` (`runs_dir`: where runs/RUN goes)."""
     from .workloads import jobs
 
-    place = run_place(runs_dir, run)
-    try:
+    with _placed(runs_dir, run) as place:
         return jobs.job_from_words(run, words, place)
-    except JobError:
-        _refused(place, run)
-        raise
 
 
 def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs") -> Job:
@@ -93,12 +100,8 @@ def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs")
     passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
     from .workloads import jobs
 
-    place = run_place(runs_dir, run)
-    try:
+    with _placed(runs_dir, run) as place:
         return jobs.job_from_dict(run, keys, place)
-    except JobError:
-        _refused(place, run)
-        raise
 
 
 def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "runs", fresh: bool = False,
