@@ -279,13 +279,12 @@ class Store:
             raise InvalidRecordError(
                 f"{which} must be a JSON object, not {type(record).__name__}; nothing was written")
         try:
-            record = json.loads(json.dumps(record, allow_nan=False))
+            plain: dict[str, Any] = json.loads(json.dumps(record, allow_nan=False))
         except (TypeError, ValueError) as error:
             raise InvalidRecordError(f"{which} is not plain JSON ({error}); nothing was written") from None
-        problem = violation(state.schema, record)
+        problem = violation(state.schema, plain)
         if problem:
             raise InvalidRecordError(f"{which} is {problem}; nothing was written")
-        plain: dict[str, Any] = record
         return plain
 
     def _table(self, table: str) -> _Table:
