@@ -54,8 +54,9 @@ GUARD = "max_trials=0"  # last word of a case that could be accepted: refused th
 HF = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4"]
 TINY_RUN = ["model=mlp", "mlp_rows=64", "mlp_width=8", "mlp_depth=1", "max_len=8", "effective_batch=4",
             "max_trials=2", "time=40s", "smoke"]
-# autotune's own: run folders, the knowledge base, its caches; matplotlib's font cache; the pass's own files
-OWNED = ("user/runs", "kb", "home/.autotune", "home/.cache", "io")
+# autotune's own: run folders, the knowledge base, its caches; matplotlib's font cache and config folder (made
+# the first time a report draws a plot); the pass's own files
+OWNED = ("user/runs", "kb", "home/.autotune", "home/.cache", "home/.config/matplotlib", "io")
 
 
 @dataclass
@@ -76,7 +77,7 @@ class Case:
 
 def make_sandbox(root: Path) -> None:
     user, outside, home = root / "user", root / "outside", root / "home"
-    for folder in (user, outside, home / ".ssh", root / "kb", root / "io"):
+    for folder in (user, outside, home / ".ssh", home / ".config", root / "kb", root / "io"):  # a home has .config
         folder.mkdir(parents=True)
     (outside / "precious.txt").write_text("the user's own file, never to change\n")
     (outside / "junk.txt").write_text("not a dataset, not a config\x01\n")
