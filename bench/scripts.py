@@ -49,6 +49,8 @@ CASES = (
     Case("plain_yaml", ("script=byo/plain_yaml.py", "script_args=byo/plain_yaml.yaml"),
          {"per_device_train_batch_size": (2, 4, 8, 16), "padding": ("max_length", "longest"),
           "group_by_length": (False, True), "attn_implementation": ("eager", "sdpa")}),
+    Case("nano_windows", ("script=byo/nano_windows.py", "script_configs=byo/nano_windows.yaml"),
+         {"per_device_train_batch_size": (1, 2, 4, 8, 16)}),
 )
 
 
