@@ -76,7 +76,8 @@ def record(workload: Workload, out: Path, budget_s: float | None = None, steps: 
     started = time.monotonic()
     with session(workload, steps) as (tuner, _):
         job = tuner.job
-        frame, _, _, floor = tuner.begin()
+        begun = tuner.begin()
+        frame, floor = begun.frame, begun.noise_floor
         grid = list(configs(workload.grid, job.start, frame["device"], job.effective_batch))
         entries = []
         with _progress(workload.name) as progress:

@@ -54,8 +54,9 @@ GUARD = "max_trials=0"  # last word of a case that could be accepted: refused th
 HF = ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4"]
 TINY_RUN = ["model=mlp", "mlp_rows=64", "mlp_width=8", "mlp_depth=1", "max_len=8", "effective_batch=4",
             "max_trials=2", "time=40s", "smoke"]
-# autotune's own: run folders, the knowledge base, its caches; matplotlib's font cache; the pass's own files
-OWNED = ("user/runs", "kb", "home/.autotune", "home/.cache", "io")
+# autotune's own: run folders, the knowledge base, its caches; matplotlib's font cache and config folder (made
+# the first time a report draws a plot); the pass's own files
+OWNED = ("user/runs", "kb", "home/.autotune", "home/.cache", "home/.config/matplotlib", "io")
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Case:
     pipe: bool = False              # a real process, its stdout closed at once
     kill: tuple[int, float] | None = None  # (signal, after seconds): a run killed mid-way, then argv run
     owns: tuple[str, ...] = ()      # paths (from the sandbox) the command was asked to write: kb export FILE
+    usage: bool = False             # expected: the usage on stdout, exit 2, nothing on stderr (a bare `autotune`)
     result: dict[str, Any] = field(default_factory=dict)
 
 
@@ -75,7 +77,7 @@ class Case:
 
 def make_sandbox(root: Path) -> None:
     user, outside, home = root / "user", root / "outside", root / "home"
-    for folder in (user, outside, home / ".ssh", root / "kb", root / "io"):
+    for folder in (user, outside, home / ".ssh", home / ".config", root / "kb", root / "io"):  # a home has .config
         folder.mkdir(parents=True)
     (outside / "precious.txt").write_text("the user's own file, never to change\n")
     (outside / "junk.txt").write_text("not a dataset, not a config\x01\n")
@@ -249,7 +251,9 @@ def encoding_cases() -> list[Case]:
                        ("run name", ["tune", "r\udcff", *HF, GUARD]), ("kb show", ["kb", "show", "P\udcff"]),
                        ("suggest model", ["suggest", "model=m\udcff", "max_len=64"]),
                        ("kb export", ["kb", "export", "h/out\udcff.json"])):
-        cases.append(Case(f"argv not UTF-8: {name}", "encodings", argv))
+        # kb export writes the file it is given, whatever bytes name it
+        owns = ("user/h/out\udcff.json",) if name == "kb export" else ()
+        cases.append(Case(f"argv not UTF-8: {name}", "encodings", argv, owns=owns))
     return cases
 
 
@@ -313,8 +317,8 @@ def key_cases() -> list[Case]:
         "host ray with ssh_key": ["tune", "r", *HF, "host=ray", "ssh_key=plain.py", GUARD],
     }
     setup = _write("unknown.yaml", b"model: mlp\ncolour: red\n")
-    return [Case(f"keys: {name}", "missing/extra keys", argv, setup if "config" in name else None)
-            for name, argv in words.items()]
+    return [Case(f"keys: {name}", "missing/extra keys", argv, setup if "config" in name else None,
+                 usage=name == "no command") for name, argv in words.items()]
 
 
 PLANTS: dict[str, Callable[[Path], None]] = {
@@ -493,7 +497,10 @@ def judge(case: Case, code: int | None, out: str, err: str, changed: list[str]) 
     if any(c in screen for c in ("\x1b", "\x9b", "\x07", "\r")):
         broken.append("raw control character")
     lines = [line for line in err.splitlines() if line.strip()]
-    if code in (1, 2) and (len(lines) != 1 or not lines[0].startswith("autotune: ")):
+    if case.usage:  # the usage is the answer: on stdout, exit 2, stderr empty
+        if code != 2 or not out.startswith("usage: autotune") or lines:
+            broken.append(f"not the usage (exit {code}, {len(lines)} lines on stderr)")
+    elif code in (1, 2) and (len(lines) != 1 or not lines[0].startswith("autotune: ")):
         broken.append(f"refusal of {len(lines)} lines")
     if code not in (None, 0, 1, 2, 130, 141, 3, -signal.SIGPIPE):
         broken.append(f"exit {code}")

@@ -42,15 +42,16 @@ def _print_json(data: Any) -> None:
 def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     """A rich table on a terminal; aligned plain columns otherwise (pipes, files, tests)."""
     if sys.stdout.isatty():
-        from rich.console import Console
         from rich.table import Table
+
+        from ..output.display import new_console
 
         table = Table(title=title)
         for column in columns:
             table.add_column(column, overflow="fold")
         for row in rows:
             table.add_row(*(_plain(x) for x in row))
-        Console().print(table)
+        new_console().print(table)
         return
     title, rows = _plain(title), [[_plain(x) for x in row] for row in rows]
     print(title)

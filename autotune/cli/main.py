@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if argv is not None:
         return _main(argv)
+    _open_standard_streams()
     # The command's own process: orphans of a trial that died reparent here to be ended, and the fork
     # server and resource tracker stop before it exits, so `autotune tune ... | tee log` ends.
     procs.become_subreaper()
@@ -206,7 +207,8 @@ def _main(argv: list[str] | None) -> int:
     try:
         code = (args.handler(args) if args.command != "tune"
                 else tune(args.run, args.words, args.runs_dir, args.as_json, args.fail_if_no_gain))
-        sys.stdout.flush()  # here, where a reader that has gone is a quiet exit, not at the interpreter's exit
+        if sys.stdout is not None:  # here, where a reader that has gone is a quiet exit, not at the interpreter's exit
+            sys.stdout.flush()
         return code
     except JobError as error:
         _say(str(error))
@@ -262,6 +264,25 @@ def _recover(message: str, args: argparse.Namespace) -> str:
         return message.replace(RESUME_HINT, f"free space, then `autotune tune {args.run} resume` continues the "
                                              "run (the trials recorded so far are kept)")
     return message
+
+
+def _open_standard_streams() -> None:
+    """`autotune ... >&-`: a standard stream started closed is /dev/null, written quietly. Left closed, the
+    first file autotune opens would take its number, and a trial's child, whose stdout is inherited, would
+    print into that file (a run's records, say); and Python's stream would be None, which print skips but
+    a flush does not."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        opened = os.open(os.devnull, os.O_RDWR)
+        if opened != fd:  # the lowest free number: the closed one, unless a lower one is closed too (done first)
+            os.dup2(opened, fd)
+            os.close(opened)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False, encoding="utf-8", errors="backslashreplace"))
 
 
 def _closed_stdout() -> int:

@@ -4,12 +4,16 @@
 
 Started detached by the SSH executor (`setsid nohup ...`), so it survives the connection. The executor
 reads the heartbeat's age against the remote clock: a runner whose heartbeat stops (the box rebooted,
-the process was killed) is a `crash` with that reason. Imports nothing but the standard library.
+the process was killed) is a `crash` with that reason. The runner's temporary files (tempfile,
+multiprocessing's pymp-*, torch.compile's caches) go in the trial's folder, `tmp` there, or where that
+path is too long for the sockets made in it a private folder under /tmp; either is removed when the runner
+ends, before the exit code says it has. Imports nothing but the standard library.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -18,17 +22,37 @@ from pathlib import Path
 from ..engine import runner_module
 
 BEAT_S = 2.0
+TMP_PATH_MAX = 64  # as local.py's: AF_UNIX allows 107 bytes, multiprocessing and torch add ~40 of their own
+
+
+def trial_tmp() -> Path:
+    """The runner's TMPDIR, made private: `tmp` in the trial's folder (the working directory), or a
+    short folder under /tmp where that path is too long."""
+    inside = Path.cwd() / "tmp"
+    if len(str(inside)) <= TMP_PATH_MAX:
+        inside.mkdir(mode=0o700)
+        return inside
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"autotune-{os.getuid()}-", dir="/tmp" if os.access("/tmp", os.W_OK) else None))
 
 
 def main(runner: str, spec: str, result: str, heartbeat: str) -> int:
     beat = Path(heartbeat)
-    with open("stdout.txt", "w") as out, open("stderr.txt", "w") as err:
-        child = subprocess.Popen([sys.executable, "-m", runner_module(runner), spec, result],
-                                 stdout=out, stderr=err, start_new_session=True)
-        Path("runner.pid").write_text(str(child.pid))
-        while child.poll() is None:
-            beat.touch()
-            time.sleep(BEAT_S)
+    tmp = trial_tmp()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        env.setdefault(name, str(tmp / folder))  # a cache the user placed on purpose stays theirs
+    try:
+        with open("stdout.txt", "w") as out, open("stderr.txt", "w") as err:
+            child = subprocess.Popen([sys.executable, "-m", runner_module(runner), spec, result],
+                                     stdout=out, stderr=err, env=env, start_new_session=True)
+            Path("runner.pid").write_text(str(child.pid))
+            while child.poll() is None:
+                beat.touch()
+                time.sleep(BEAT_S)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     beat.touch()
     Path("exit_code").write_text(str(child.returncode))
     return 0

@@ -350,12 +350,11 @@ def run(words: list[str], as_json: bool) -> int:
     if as_json:
         print(json.dumps(advice, indent=1))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    from ..output.display import shown as plain
+    from ..output.display import new_console, shown as plain
 
-    console = Console()
+    console = new_console()
     shown = {k: advice["features"][k] for k in ("params_m", "max_len", "effective_batch", "method", "gpu_mem_gb",
                                                 "headroom") if k in advice["features"]}
     console.print(plain("job: " + ", ".join(f"{k}={v}" for k, v in shown.items())), highlight=False)

@@ -17,7 +17,7 @@ pairs keep anyway, and the pairs keep their whole share.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 from ..probes import sequential, stats
 
@@ -50,7 +50,7 @@ REUSE_LOOKS = 2
 REUSE_MAX = 2.0
 
 
-def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]], skip: int | None = None) -> list[list[float]]:
+def groups(records: Sequence[dict[str, Any]], *current: list[dict[str, Any]], skip: int | None = None) -> list[list[float]]:
     """Samples/s of each group of runs of one config: the records' own runs (but trial `skip`'s) and
     this trial's, and the spread of past runs on this device the baseline's record brought
     (`spread_prior`, a few df)."""
@@ -62,7 +62,7 @@ def groups(records: list[dict[str, Any]], *current: list[dict[str, Any]], skip: 
     return [g for g in out + [[m["samples_per_s"] for m in c] for c in current] if len(g) > 1]
 
 
-def margin(records: list[dict[str, Any]]) -> float:
+def margin(records: Sequence[dict[str, Any]]) -> float:
     runs = [sum(m["step_times_s"]) for m in records[0]["measurements"]] if records else []
     return stats.SCHED_SLICE_S / sorted(runs)[len(runs) // 2] if runs else 0.0
 
@@ -73,7 +73,7 @@ def looks(most: int) -> tuple[int, ...]:
     return tuple(n for n in sequential.LOOKS if n < most) + (most,)
 
 
-def reusing(records: list[dict[str, Any]], most: int) -> bool:
+def reusing(records: Sequence[dict[str, Any]], most: int) -> bool:
     """Whether this trial's first runs are looks of their own (set from the runs before the trial): the
     gain one run could show against three of the incumbent is at most REUSE_MAX."""
     spread = sequential.pooled(groups(records))
@@ -82,12 +82,12 @@ def reusing(records: list[dict[str, Any]], most: int) -> bool:
     return need <= REUSE_MAX
 
 
-def shares(records: list[dict[str, Any]], most: int) -> int:
+def shares(records: Sequence[dict[str, Any]], most: int) -> int:
     """How many shares the false-keep rate of a trial is split into: its looks."""
     return len(looks(most)) + (REUSE_LOOKS if reusing(records, most) else 0)
 
 
-def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
+def verdict(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
             most: int, last: bool = False) -> stats.Comparison:
     """The sequential verdict on this trial's runs (`most`: the pairs it may take), as the loop's
     Comparison; between two looks it stays undecided. `last`: the time budget allows no more pairs,
@@ -108,7 +108,7 @@ def verdict(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], cand
     return stats.Comparison(v.ratio, v.low, v.high, confidence, floor, v.verdict, v.reason)
 
 
-def detectable(records: list[dict[str, Any]], most: int) -> float:
+def detectable(records: Sequence[dict[str, Any]], most: int) -> float:
     """The smallest gain the rule could keep with the most pairs at the spread pooled so far (and never
     under WORTH): the noise floor of this rule, below which a proposal's expected improvement is not
     worth a trial."""
@@ -117,7 +117,7 @@ def detectable(records: list[dict[str, Any]], most: int) -> float:
     return max(margin(records), WORTH, math.expm1(t * spread.sd * math.sqrt(2 / most)))
 
 
-def most_pairs(records: list[dict[str, Any]], least: int) -> int:
+def most_pairs(records: Sequence[dict[str, Any]], least: int) -> int:
     """The most pairs the next trial may take: `least`, doubled while the spread pooled so far leaves
     a GOAL-sized gain undetectable (at most DOUBLINGS times). Fixed from earlier trials' runs before
     the trial's own, so its looks and each one's share of the false-keep rate are set in advance."""
@@ -129,7 +129,7 @@ def most_pairs(records: list[dict[str, Any]], least: int) -> int:
     return most
 
 
-def could_close(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
+def could_close(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
                 left: int, most: int) -> bool:
     """Could `left` more pairs clear the margin, were the true ratio SLACK standard errors above the one
     measured so far? Stopping early when not only ever turns a keep into a discard (no false keep is
@@ -144,7 +144,7 @@ def could_close(records: list[dict[str, Any]], incumbent: list[dict[str, Any]], 
     return d + SLACK * now - t * end > math.log1p(max(margin(records), WORTH))
 
 
-def reuse_look(records: list[dict[str, Any]], reference: list[list[float]], incumbent_trial: int | None,
+def reuse_look(records: Sequence[dict[str, Any]], reference: list[list[float]], incumbent_trial: int | None,
                candidate: list[dict[str, Any]], rows_per_step: int, most: int, min_gain: float = MIN_GAIN
                ) -> stats.Comparison:
     """After a trial's first (or second) run, against the incumbent's runs so far (`reference`, from

@@ -139,7 +139,7 @@ class Memory:
     def plan(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],
              hypothesis: Hypothesis | None) -> "Lesson":
         """What the trial teaches, written nowhere yet: the journal puts its belief events in the run
-        folder's record first, then `commit` writes the knowledge base's copy (loop/journal.py)."""
+        folder's record first, then `commit` writes the knowledge base's copy (`Tuner._journal`)."""
         lesson = Lesson(record, incumbent, features, hypothesis.to_dict() if hypothesis else None)
         outcome = outcome_of(record)
         # A combined warm start or pooled change says nothing about which of its parts did what.

@@ -1,13 +1,14 @@
 """What the loop may try: the frame's limits (an MLP has no attention; a VLM may not pack rows), the
 knobs the user left to autotune (`only=`), a script's settings, and the limits a crash teaches.
 
-Plain functions over the tuner's job, script and frame facts (LoopState.frame_facts).
+Plain functions of the job, a script's adapter and the frame's facts (LoopState.frame_facts).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..config.job import Job
 from ..reasoner import Hypothesis
 
 
@@ -26,11 +27,11 @@ def silent_limit(frame: dict[str, Any], name: str) -> bool:
     return any(limit["knob"] == name and limit.get("silent") for limit in frame.get("limits", ()))
 
 
-def allowed(tuner: Any, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
+def allowed(job: Job, script: Any, frame: dict[str, Any], hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
             report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
-    """Only changes to knobs the user left to autotune (`only=`), and for a script, only those it
-    has a setting for. Knobs the user kept are dropped without a note, unless `report_only`."""
-    job, script, frame = tuner.job, tuner.script, tuner.state.frame_facts
+    """Only changes to knobs the user left to autotune (`only=`), the frame allows, and for a script
+    (its adapter), only those it has a setting for. Knobs the user kept are dropped without a note,
+    unless `report_only`."""
     kept = []
     for hypothesis in hypotheses:
         held = next((k for k, _ in hypothesis.changes if job.only and k not in job.only), None)
@@ -51,12 +52,14 @@ def allowed(tuner: Any, hypotheses: list[Hypothesis], skipped: list[tuple[str, s
     return kept, skipped
 
 
-def cannot_apply_here(frame: dict[str, Any], hypothesis: Hypothesis, result: dict[str, Any]) -> None:
-    """A crash that no incumbent can fix (the device, the install) becomes a limit the ranking honours."""
+def cannot_apply_here(hypothesis: Hypothesis, result: dict[str, Any]) -> dict[str, Any] | None:
+    """The limit a crash that no incumbent can fix (the device, the install) teaches, for the frame's
+    limits the ranking honours; None for a crash that says nothing of the kind."""
     from ..reasoner.cannot_apply import blamed, fixed_reason
 
     why = fixed_reason(result.get("reason"), result.get("stderr_tail")) if result["state"] == "crash" else None
     culprit = blamed(why, hypothesis.changes) if why else None
-    if culprit is not None:
-        knob, value = culprit
-        frame.setdefault("limits", []).append({"knob": knob, "value": value, "reason": f"cannot apply here: {why}"})
+    if culprit is None:
+        return None
+    knob, value = culprit
+    return {"knob": knob, "value": value, "reason": f"cannot apply here: {why}"}

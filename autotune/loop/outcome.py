@@ -8,6 +8,7 @@ from typing import Any
 
 from ..config.knobs import Knobs
 from ..probes.timing import median
+from ..reasoner import Hypothesis
 
 
 def summarize(measurements: list[dict[str, Any]]) -> dict[str, Any]:
@@ -94,3 +95,25 @@ class Outcome:
         return kept_product(self.records)
     folder: Path = field(default_factory=Path)
     best_config: dict[str, Any] = field(default_factory=dict)  # best_config.json, once a tune wrote it
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What `Tuner.ask` says: the hypotheses to try on the incumbent, best first; the changes skipped and
+    why; why the search beyond the ranked singles is spent, if it says so; why to stop now (a budget)."""
+
+    hypotheses: list[Hypothesis]
+    skipped: list[tuple[str, str]]
+    spent: str | None = None
+    stop: str | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `Tuner.begin` found: the completed frame, the baseline as the first incumbent, the
+    baseline's first measurement (every parity check's reference) and the A/A noise floor."""
+
+    frame: dict[str, Any]
+    incumbent: Incumbent
+    base_measurement: dict[str, Any]
+    noise_floor: float

@@ -4,7 +4,7 @@ Resume reads two files of `runs/RUN/`: state.json (the LoopState saved after eac
 experiments.jsonl (the journal of every trial, none repeated); records the state does not cover (a
 kill between a trial's record and the state's write, or a state file from before the state was
 explicit) are taken in by `LoopState.catch_up`, the one place a record moves the state on. The run
-folder's record is written before the knowledge base's (loop/journal.py): a kill between the two is
+folder's record is written before the knowledge base's (`Tuner._journal`): a kill between the two is
 mended from the folder, the trial not measured again; a trial that was running when the tuner died
 has no record anywhere and is redone. A torn last line of experiments.jsonl (a kill in mid-write) is
 removed first: it is that interrupted trial.

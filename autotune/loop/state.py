@@ -40,6 +40,24 @@ DAMAGED = "the run folder is damaged; start a new RUN (this one's records stay a
 
 
 @dataclass
+class RunCounts:
+    """What the runs of one trial (or of the frame and baseline) count: a trial measures on its own copy
+    (`LoopState.counts`) and `Tuner.tell` takes it back in (`LoopState.take`), so measuring moves no state."""
+
+    started: float                 # time.monotonic() at the tune's start: the time budget counts from it
+    runs: int = 0                  # measurements so far: a run's folder NNN-MMM counts them
+    walls: list[float] = field(default_factory=list)  # wall time of each complete run
+    slowest_s: float = 0.0         # the slowest complete run: a trial's timeout follows it
+    budget_spent: bool = False     # a run was stopped at the end of the time budget
+    placement: dict[str, Any] | None = None  # where the latest run ran, until a record takes it
+
+    def take_placement(self) -> dict[str, Any] | None:
+        """Where this record's runs ran (an executor with several GPUs says), taken by the record."""
+        placement, self.placement = self.placement, None
+        return placement
+
+
+@dataclass
 class LoopState:
     run: str
     run_id: str
@@ -75,6 +93,14 @@ class LoopState:
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
+
+    def counts(self) -> RunCounts:
+        """A copy of the run counters for one trial's runs to move (`take` brings them back)."""
+        return RunCounts(self.started, self.runs, list(self.walls), self.slowest_s, self.budget_spent, self.placement)
+
+    def take(self, counts: RunCounts) -> None:
+        self.runs, self.walls, self.slowest_s = counts.runs, list(counts.walls), counts.slowest_s
+        self.budget_spent, self.placement = counts.budget_spent, counts.placement
 
     # -- what a record changes: the one place, live and on resume ----------------------------------
     def conclude(self, record: dict[str, Any], change: str | None, measurements: list[dict[str, Any]],

@@ -8,14 +8,15 @@ say the knobs. The timeout follows the slowest complete run so far and never out
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..config.job import Job
 from ..workloads.jobs import kind_of
 from ..workloads.spec import SpecInputs
 from ..config.knobs import Knobs
+from ..output.records import RunFolder
 from ..probes.timing import median
 
 
@@ -50,25 +51,37 @@ def runner_for(job: Job) -> str:
     return kind_of(job).name
 
 
-def spec(tuner: Any, kind: str, knobs: Knobs, trial: int, ceiling: bool = False,
-         peak_cache: dict[str, Any] | None = None, workdir: Path | None = None) -> dict[str, Any]:
-    """The spec of one run of `knobs` (a "frame" or a "trial") for the tuner's job and run folder: the one
-    place a spec is built (messages.TrialSpec is its form; the executor checks it as it writes it). The
-    fields every runner reads are made here, the rest by the job's kind (`Kind.spec_fields`).
+@dataclass(frozen=True)
+class Specs:
+    """What every spec of one tune is built from: the job, the step budget, the run folder's shared
+    inputs, a script's adapter and where it was started, and the faults a test injects per trial."""
 
-    `peak_cache` (the frame only): peaks measured before on this device; `workdir` (a script's trial):
-    the folder its mirror of the user's tree goes in."""
-    job = tuner.job
-    own = kind_of(job).spec_fields(SpecInputs(
-        job=job, knobs=knobs, measure_steps=tuner.steps.measure_steps, rows_path=tuner.folder.rows,
-        model_config_path=tuner.folder.model_config, runs_path=tuner.folder.path.parent, script=tuner.script,
-        cwd=tuner.cwd, workdir=workdir))
-    return {
-        "schema_version": 1, "kind": kind, "runner": runner_for(job), "job": job.to_dict(), "knobs": knobs.to_dict(),
-        "measure_steps": tuner.steps.measure_steps, "warmup_max": tuner.steps.warmup_max, "ceiling": ceiling,
-        "inject_fault": tuner.inject.get(trial) if kind == "trial" else None, "peaks": tuner.state.peaks,
-        **({"peak_cache": peak_cache} if peak_cache is not None else {}), **own,
-    }
+    job: Job
+    steps: StepBudget
+    folder: RunFolder
+    script: Any = None
+    cwd: Path | None = None
+    inject: Mapping[int, str] = field(default_factory=dict)
+
+    def spec(self, kind: str, knobs: Knobs, trial: int, peaks: Mapping[str, Any], ceiling: bool = False,
+             peak_cache: dict[str, Any] | None = None, workdir: Path | None = None) -> dict[str, Any]:
+        """The spec of one run of `knobs` (a "frame" or a "trial"): the one place a spec is built
+        (messages.TrialSpec is its form; the executor checks it as it writes it). The fields every
+        runner reads are made here, the rest by the job's kind (`Kind.spec_fields`).
+
+        `peaks`: the device's measured peaks (the frame's); `peak_cache` (the frame only): peaks measured
+        before on this device; `workdir` (a script's trial): the folder its mirror of the user's tree goes in."""
+        job, folder = self.job, self.folder
+        own = kind_of(job).spec_fields(SpecInputs(
+            job=job, knobs=knobs, measure_steps=self.steps.measure_steps, rows_path=folder.rows,
+            model_config_path=folder.model_config, runs_path=folder.path.parent, script=self.script,
+            cwd=self.cwd, workdir=workdir))
+        return {
+            "schema_version": 1, "kind": kind, "runner": runner_for(job), "job": job.to_dict(), "knobs": knobs.to_dict(),
+            "measure_steps": self.steps.measure_steps, "warmup_max": self.steps.warmup_max, "ceiling": ceiling,
+            "inject_fault": self.inject.get(trial) if kind == "trial" else None, "peaks": dict(peaks),
+            **({"peak_cache": peak_cache} if peak_cache is not None else {}), **own,
+        }
 
 
 def timeout(job: Job, started: float, slowest_s: float) -> tuple[float, bool]:

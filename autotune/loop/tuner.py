@@ -4,15 +4,17 @@ A change is kept only when it is faster than the incumbent beyond noise on inter
 processes (one screening run, then pairs, more while undecided and more could decide it, each look at
 its share of the false-keep rate: autotune/loop/keep_rule.py over probes/sequential.py), its per-row losses
 match the baseline's (parity), and, when it moved a memory knob, its worst-case batch fits the device.
-Specs and timeouts: trial_spec.py; runs and extra pairs: measuring.py; decisions on runs: verdict.py;
-a trial's record: recording.py; writing it (run folder, knowledge base, trackers): journal.py.
+Specs and timeouts: trial_spec.py; runs and extra pairs: measuring.py; one trial: trial.py; decisions
+on runs: verdict.py; a trial's record: recording.py.
 
 The Tuner holds collaborators only (job, executor, run folder, memory, display, trackers, LLM, script)
 and keeps every piece of mutable loop state in `self.state`, a LoopState (state.py) saved to
 state.json after each trial. The loop is ask / tell: `ask` ranks what to try next (or says why to
-stop), `run_trial` measures one change and decides it without writing anything, `tell` journals the
-trial and moves the state on. The serial loop is `tell(run_trial(...))`; the parallel driver
-(parallel.py) runs `run_trial` speculatively on forks (`fork`) and tells only the committed trial.
+stop), `run_trial` measures one change and decides it without writing anything or moving the state
+(its runs are counted on a copy, its incumbent runs join a copy), `tell` journals the trial (the run
+folder, then the knowledge base, the display and the trackers) and is the one place a trial moves the
+state on. The serial loop is `tell(run_trial(...))`; the parallel driver (parallel.py) runs `run_trial`
+speculatively on forks (`fork`) and tells only the committed trial.
 """
 
 from __future__ import annotations
@@ -27,19 +29,21 @@ from ..executors.base import Executor
 from ..config.job import Job
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
-from . import limits, measuring, recording, trial_spec, verdict as decide
+from . import limits, verdict as decide
 from .limits import frame_limit, silent_limit
 from ..probes import stats
 from .learn import Memory
-from .outcome import Incumbent, Outcome, kept_product
+from .measuring import Meter
+from .outcome import Asked, Incumbent, Outcome, Started, kept_product
 from .decide import next_hypotheses, warm_check
 from ..reasoner import Hypothesis, key, rank
 from ..output.records import RunFolder
 from ..util.io import write_json_atomic
-from . import journal
+from . import recording
 from .recording import Trial
 from .state import LoopState
-from .trial_spec import FRAME_TIMEOUT_S, StepBudget, runner_for
+from .trial import run_trial
+from .trial_spec import FRAME_TIMEOUT_S, Specs, StepBudget, runner_for
 
 # runner_for and StepBudget were defined here before trial_spec.py: bench/ and tests import them from here.
 __all__ = ["StepBudget", "Tuner", "frame_limit", "runner_for", "silent_limit"]
@@ -95,20 +99,32 @@ class Tuner:
         return twin
 
     # -- running one measurement -------------------------------------------------------------
+    @property
+    def specs(self) -> Specs:
+        """What this tune's specs are built from (read when asked: tests and bench/ set `steps`)."""
+        return Specs(self.job, self.steps, self.folder, self.script, self.cwd, self.inject)
+
+    def meter(self) -> Meter:
+        """A Meter on a copy of the state's run counters (`tell`, or `measure`, takes them back)."""
+        return Meter(self.executor, self.specs, self.state.peaks, self.state.counts(), self.display)
+
     def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
-        """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`)."""
-        return measuring.measure(self, knobs, trial, label, ceiling)
+        """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`), counted
+        in the state at once: the baseline's runs, and bench/record.py's, which are no trial."""
+        meter = self.meter()
+        result = meter.measure(knobs, trial, label, ceiling)
+        self.state.take(meter.counts)
+        return result
 
     def _room_for(self, runs: int) -> bool:
         """Whether `runs` more measurements fit in the time budget (trial_spec.room_for)."""
-        state = self.state
-        return trial_spec.room_for(self.job, state.started, state.walls, state.budget_spent, runs)
+        return self.meter().room_for(runs)
 
     # -- phases -----------------------------------------------------------------------------
     def frame(self) -> dict[str, Any]:
         if self.display:
             self.display.running(None, "frame: device, model and data")
-        spec = trial_spec.spec(self, "frame", self.job.start, 0, peak_cache=read_peak_cache(self.kb))
+        spec = self.specs.spec("frame", self.job.start, 0, self.state.peaks, peak_cache=read_peak_cache(self.kb))
         result = self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S)
         if result["state"] != "complete":
             raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
@@ -136,10 +152,10 @@ class Tuner:
             incumbent.add(result["measurement"])
         floor = stats.noise_floor(incumbent.runs) if complete else 0.0
         state = "oom" if results[0]["state"] == "oom" else ("complete" if complete else results[0]["state"])
-        record = recording.record(self, 0, None, self.job.start, state,
-                                  "baseline", f"the user's config, measured {len(complete)} times in fresh processes; "
-                                  f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
-                                  wall=sum(r["wall_s"] for r in results))
+        record = self._record(0, None, self.job.start, state, "baseline",
+                              f"the user's config, measured {len(complete)} times in fresh processes; "
+                              f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
+                              wall=sum(r["wall_s"] for r in results))
         record["noise_floor"] = floor
         if prior is not None:
             record["spread_prior"] = prior  # keep_rule.groups: a few df of this device's past runs
@@ -147,9 +163,18 @@ class Tuner:
             failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
             record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
             record["stderr_tail"] = failed.get("stderr_tail")
-            journal.write(self, record)
+            self._journal(record)
             raise AutotuneError(f"the baseline config did not run: {failed['state']}: {failed['reason']}")
         return self._baseline_done(record, incumbent, floor)
+
+    def _record(self, trial: int, change: str | None, knobs: Knobs, state: str, decision: str, reason: str,
+                measurements: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+        """A record of the baseline's runs, taking where they ran from the state's counters."""
+        counts = self.state.counts()
+        record = recording.record(self.job.run, trial, change, knobs, state, decision, reason, measurements, wall,
+                                  counts.take_placement())
+        self.state.take(counts)
+        return record
 
     def _replayed_baseline(self, past: dict[str, Any]) -> tuple[Incumbent, dict[str, Any], float]:
         incumbent = Incumbent(self.job.start, [], 0)
@@ -159,15 +184,15 @@ class Tuner:
         if past.get("wall_s"):
             # A trial's timeout follows the slowest measurement so far; the record says how long they took.
             self.state.slowest_s = past["wall_s"] / max(1, len(past["measurements"]))
-        record = recording.record(self, 0, None, self.job.start, "replayed", "baseline",
-                                  f"replayed from {past['experiment']} (same job, device and software; say `fresh` "
-                                  f"to measure again); A/A noise floor {floor:.2%}", past["measurements"], wall=0.0)
+        record = self._record(0, None, self.job.start, "replayed", "baseline",
+                              f"replayed from {past['experiment']} (same job, device and software; say `fresh` "
+                              f"to measure again); A/A noise floor {floor:.2%}", past["measurements"], wall=0.0)
         record.update(noise_floor=floor, replayed_from=past["experiment"])
         return self._baseline_done(record, incumbent, floor)
 
     def _baseline_done(self, record: dict[str, Any], incumbent: Incumbent,
                        floor: float) -> tuple[Incumbent, dict[str, Any], float]:
-        journal.write(self, record, self.job.start, None, incumbent.profile)
+        self._journal(record, self.job.start, None, incumbent.profile)
         self.state.measured.add(key(self.job.start))
         self.state.incumbent, self.state.noise_floor = incumbent, floor
         return incumbent, record["measurements"][0], floor
@@ -181,13 +206,12 @@ class Tuner:
             return f"time budget of {self.job.time_budget_s}s would be exceeded by another trial"
         return None
 
-    def begin(self) -> tuple[dict[str, Any], Incumbent, dict[str, Any], float]:
+    def begin(self) -> Started:
         """Frame and baseline: the frame is complete once the baseline has shown its ceiling and where
         its time goes."""
         frame = self.frame()
         incumbent, base_measurement, floor = self.baseline()
-        return self.complete_frame(frame, base_measurement), incumbent, base_measurement, floor
-
+        return Started(self.complete_frame(frame, base_measurement), incumbent, base_measurement, floor)
     def complete_frame(self, frame: dict[str, Any], base_measurement: dict[str, Any]) -> dict[str, Any]:
         # The numerics opt-in holds for every runner: an MLP's or a script's frame does not know of it.
         limits = frame.get("limits", [])
@@ -228,16 +252,17 @@ class Tuner:
         baseline_speed = state.records[0]["samples_per_s"]
         stop_reason, skipped = "every applicable change was tried", list[tuple[str, str]]()
         while True:
-            hypotheses, skipped, spent, stop = self.ask()
-            stop_reason = spent or stop_reason
-            if stop or not hypotheses:
-                stop_reason = stop or stop_reason
+            asked = self.ask()
+            skipped = asked.skipped
+            stop_reason = asked.spent or stop_reason
+            if asked.stop or not asked.hypotheses:
+                stop_reason = asked.stop or stop_reason
                 break
             trial = state.trials_done + 1
             if self.parallel is not None:
-                self.parallel.attempt(trial, hypotheses)
+                self.parallel.attempt(trial, asked.hypotheses)
             else:
-                self.tell(self.run_trial(trial, hypotheses[0], state.incumbent))
+                self.tell(self.run_trial(trial, asked.hypotheses[0], state.incumbent))
             state.trials_done = trial
             state.save(self.folder.state)
         state.stop_reason, state.skipped = stop_reason, skipped
@@ -255,9 +280,8 @@ class Tuner:
         return outcome
 
     # -- ask / tell ---------------------------------------------------------------------------
-    def ask(self) -> tuple[list[Hypothesis], list[tuple[str, str]], str | None, str | None]:
-        """What to try next on the incumbent, best first: (hypotheses, changes skipped and why, why the
-        search beyond the ranked singles is spent if it says so, why to stop now: a budget)."""
+    def ask(self) -> Asked:
+        """What to try next on the incumbent, best first, the changes skipped and why, and why to stop."""
         state = self.state
         incumbent, trial, frame = state.incumbent, state.trials_done, state.frame_facts
         features = self.memory.features(incumbent.knobs, incumbent.profile)
@@ -279,13 +303,52 @@ class Tuner:
         stop = self._budget_left(trial)
         if not stop and warm is None and self.llm is not None and not self.llm.off:
             hypotheses = self._ask_llm(trial + 1, incumbent, frame, features, hypotheses, skipped)
-        return hypotheses, skipped, spent, stop
+        return Asked(hypotheses, skipped, spent, stop)
+
+    def run_trial(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent) -> Trial:
+        """One change on `incumbent`, measured and decided (trial.py), or replayed where this job measured
+        it before on this device and software; written nowhere, the state left as it is (`tell`)."""
+        knobs = hypothesis.apply(incumbent.knobs)
+        past = self.memory.replay(incumbent.knobs, knobs)
+        if past is not None:
+            return recording.replay(self.job.run, trial, hypothesis, incumbent, knobs, past, self.state.noise_floor,
+                                    self.state.counts())
+        return run_trial(self.meter(), self.steps, self.state.records, trial, hypothesis, incumbent,
+                         self.state.noise_floor)
 
     def tell(self, done: Trial) -> Incumbent:
-        """Journal a decided trial (run folder, knowledge base, trackers) and move the state on: the
-        incumbent that follows it, and the OOM bookkeeping (LoopState.conclude)."""
-        journal.write(self, done.record, done.incumbent.knobs, done.hypothesis, done.incumbent.profile)
-        return self.state.conclude(done.record, done.hypothesis.change, done.measurements, done.incumbent)
+        """Journal a decided trial and move the state on: its runs' counters, the config measured, a limit
+        its crash taught, the incumbent that follows it and the OOM bookkeeping (LoopState.conclude)."""
+        state = self.state
+        state.take(done.counts)
+        state.measured.add(key(done.knobs))
+        if done.limit is not None:
+            state.frame_facts.setdefault("limits", []).append(done.limit)
+        self._journal(done.record, done.incumbent.knobs, done.hypothesis, done.incumbent.profile)
+        return state.conclude(done.record, done.hypothesis.change, done.measurements, done.incumbent)
+
+    def _journal(self, record: dict[str, Any], incumbent: Knobs | None = None, hypothesis: Hypothesis | None = None,
+                 profile: dict[str, Any] | None = None) -> None:
+        """One journal: `record`, a trial of `hypothesis` on `incumbent` (whose latest ceiling and breakdown
+        are `profile`), written once; with no `incumbent`, a record that teaches nothing (a baseline that
+        did not run). The run folder's experiments.jsonl first (the source of truth `resume` reads), then
+        the knowledge base's copy and the beliefs' evidence (`Memory.plan` / `commit`), then the display
+        and the trackers. The belief events are planned before the append, so the folder's line is whole
+        on its own; a kill before the knowledge base's writes is mended by resume (`Memory.sync`)."""
+        lesson = None
+        if incumbent is not None:
+            if hypothesis is not None:
+                record["hypothesis"] = hypothesis.to_dict()
+            lesson = self.memory.plan(record, incumbent, self.memory.features(incumbent, profile), hypothesis)
+            record["beliefs"] = lesson.events
+        self.folder.append_experiment(record)
+        self.state.records.append(record)
+        if lesson is not None:
+            self.memory.commit(lesson)
+        if self.display:
+            self.display.finished(record)
+        for tracker in self.trackers:  # after the run folder has it: the folder is the source of truth
+            tracker.trial(self, record)
 
     def _first_on_start(self, frame: dict[str, Any], incumbent: Incumbent) -> Hypothesis | None:
         """The change the ranking puts first on the user's config (decide.warm_check)."""
@@ -296,104 +359,28 @@ class Tuner:
 
     def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
                  ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
-        """The LLM's checked proposals go first, the ranking after (loop/asking.py)."""
-        from .asking import ask_llm
+        """The LLM's checked proposals go first, the ranking after; its new claims join the beliefs."""
+        from ..reasoner.llm import prompt_context
 
-        return ask_llm(self, before_trial, incumbent, frame, features, ranked, skipped)
+        assert self.llm is not None and self.job.llm is not None  # ask asks only with a proposer
+        claims, records, model = self.memory.claims, self.state.records, self.job.llm.model
+        context = prompt_context(features, incumbent.knobs, self.job.effective_batch, records, claims, ranked,
+                                 skipped, [r["change"] for r in records if r["change"]])
+        proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
+                                    self.state.measured, claims, features)
+        proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
+        for change, why in cannot:
+            proposal.reject(change, why)
+        if proposal.claims:
+            self.memory.adopt(proposal.claims, f"proposed by the LLM {model} before trial {before_trial}")
+        record = proposal.record(before_trial, model)
+        self.folder.append_llm_call(record)
+        if self.display:
+            self.display.llm(record)
+        proposed = {h.change for h in proposal.hypotheses}
+        return proposal.hypotheses + [h for h in ranked if h.change not in proposed]
 
     def _allowed(self, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
                  report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
         """The hypotheses the user and the frame allow (limits.allowed), the others added to `skipped`."""
-        return limits.allowed(self, hypotheses, skipped, report_only)
-
-    def run_trial(self, trial: int, hypothesis: Hypothesis, incumbent: Incumbent) -> Trial:
-        """One change, measured and decided, written nowhere (`tell` writes it): screen on one run, then
-        interleave (incumbent, candidate) and keep it only when the interval on the ratio clears the
-        noise floor, parity holds and the worst case fits."""
-        base, floor = self.state.base, self.state.noise_floor
-        knobs = hypothesis.apply(incumbent.knobs)
-        self.state.measured.add(key(knobs))
-        past = self.memory.replay(incumbent.knobs, knobs)
-        if past is not None:
-            return recording.replay(self, trial, hypothesis, incumbent, knobs, past, floor)
-        results = [self.measure(knobs, trial, f"{hypothesis.change} (1/2)", hypothesis.affects_memory)]
-        first = results[0]
-        verdict: stats.Comparison | None = None
-        parity_result = None
-
-        def finish(decision: str, reason: str, state: str = "complete") -> Trial:
-            complete = [r for r in results if r["state"] == "complete"]
-            record = recording.record(self, trial, hypothesis.change, knobs, state, decision, reason,
-                                      [r["measurement"] for r in complete],
-                                      wall=sum(r["wall_s"] for r in results), stderr=first.get("stderr_tail"))
-            record.update(incumbent_samples_per_s=incumbent.speed, noise_floor=floor, parity=parity_result,
-                          ceiling=complete[0]["measurement"].get("ceiling") if complete else None)
-            if verdict:
-                record.update(ratio=verdict.ratio, interval=[verdict.low, verdict.high], confidence=verdict.confidence)
-            return Trial(record, hypothesis, incumbent, knobs, [r["measurement"] for r in complete])
-
-        if first["state"] != "complete":
-            limits.cannot_apply_here(self.state.frame_facts, hypothesis, first)
-            return finish("discard", first["reason"], first["state"])
-        measurement = first["measurement"]
-        parity_result = decide.parity_check(base, measurement, incumbent, knobs, self.job.start, self.state.records,
-                                             self.job.strict_parity)
-        if not parity_result["ok"]:
-            return finish("discard", parity_result["reason"])
-        # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
-        # verdict uses only this trial's incumbent runs (older ones would turn drift into a gain). The
-        # screen compares with the incumbent's runs on the candidate's card only; on a card with none yet
-        # (trials in parallel), the incumbent's first paired run comes before the screen and is its reference.
-        fresh = []
-        reference = incumbent.runs_on(measurement.get("placement"))
-        if not reference:
-            fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
-            reference = [r["measurement"]["step_times_s"] for r in fresh if r["state"] == "complete"]
-        if reference:
-            verdict = decide.screen(self.steps, self.state.records, reference, measurement, self.job.effective_batch,
-                                    floor, incumbent.trial, decide.min_gain(self.job))
-            screened, kept = decide.screened_out(self.steps, verdict), decide.decided_on_one_run(self.steps, verdict)
-            if screened or kept:
-                for result in fresh:
-                    if result["state"] == "complete":
-                        incumbent.add(result["measurement"])  # a reference on this card for the next trials
-            if screened:
-                return finish("discard", f"not faster after one run: {verdict.reason}")
-            if kept:
-                return finish("keep", f"{verdict.reason}; {parity_result['reason']}{decide.fits(measurement)}")
-        if not fresh and self.steps.keep_rule == "sequential":
-            # The second run first: against the incumbent's runs so far it may decide (keep_rule.reuse_look).
-            results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
-            look = measuring.second_look(self, results, reference, incumbent)
-            if look is not None and look.verdict != "no difference":
-                verdict = look
-                if look.verdict == "faster":
-                    return finish("keep", f"{look.reason}; {parity_result['reason']}{decide.fits(measurement)}")
-                return finish("discard", f"not faster after two runs: {look.reason}")
-        second = results[-1] if len(results) > 1 else None
-        if second is not None and second["state"] != "complete":
-            return finish("discard", f"the confirmation run ended {second['state']}: {second['reason']}",
-                          second["state"])
-        if not fresh:
-            fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
-        if second is None:
-            results.append(self.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
-        fresh.append(self.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (2/2)"))
-        fresh = [r for r in fresh if r["state"] == "complete"]
-        for result in fresh:
-            incumbent.add(result["measurement"])
-        second = results[1]
-        if second["state"] != "complete":
-            return finish("discard", f"the confirmation run ended {second['state']}: {second['reason']}",
-                          second["state"])
-        if not fresh:
-            return finish("discard", "the incumbent could not be measured again beside the candidate")
-        verdict = measuring.interleaved(self, fresh, results, floor)
-        verdict = measuring.more_pairs(self, trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict)
-        failed = results[-1]
-        if failed["state"] != "complete":
-            return finish("discard", f"an extra run ended {failed['state']}: {failed['reason']}", failed["state"])
-        if verdict.verdict != "faster":
-            return finish("discard", verdict.reason)
-        return finish("keep", f"{verdict.reason}; {parity_result['reason']}{decide.fits(measurement)}")
-
+        return limits.allowed(self.job, self.script, self.state.frame_facts, hypotheses, skipped, report_only)

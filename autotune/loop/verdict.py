@@ -9,7 +9,7 @@ that must clear the baseline's A/A floor).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 from . import keep_rule
 from ..config.knobs import CATALOG, NUMERICS, Knobs, numerics_changes
@@ -18,7 +18,7 @@ from ..probes import parity, row_parity, stats
 from .trial_spec import StepBudget
 
 
-def interleaved(steps: StepBudget, records: list[dict[str, Any]], incumbent_runs: list[dict[str, Any]],
+def interleaved(steps: StepBudget, records: Sequence[dict[str, Any]], incumbent_runs: list[dict[str, Any]],
                 candidate_runs: list[dict[str, Any]], batch: int, floor: float, last: bool) -> stats.Comparison:
     """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
     would turn the machine's drift into a gain). `last`: the time budget allows no further pair."""
@@ -30,21 +30,21 @@ def interleaved(steps: StepBudget, records: list[dict[str, Any]], incumbent_runs
                          [r["measurement"]["step_times_s"] for r in candidate_runs], batch, floor)
 
 
-def stop_floor(steps: StepBudget, records: list[dict[str, Any]], floor: float) -> float:
+def stop_floor(steps: StepBudget, records: Sequence[dict[str, Any]], floor: float) -> float:
     """The smallest gain the keep rule can show: a proposal expected to gain less is not tried."""
     if steps.keep_rule == "sequential":
         return keep_rule.detectable(records, most_pairs(steps, records))
     return floor
 
 
-def most_pairs(steps: StepBudget, records: list[dict[str, Any]]) -> int:
+def most_pairs(steps: StepBudget, records: Sequence[dict[str, Any]]) -> int:
     """The most interleaved pairs a trial may take: the step budget's, more on a noisy machine under
     the sequential rule (keep_rule.most_pairs), where sixteen pairs cannot show a 5% gain."""
     least = 2 + steps.extra_pairs
     return keep_rule.most_pairs(records, least) if steps.keep_rule == "sequential" else least
 
 
-def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats.Comparison,
+def could_close(steps: StepBudget, records: Sequence[dict[str, Any]], verdict: stats.Comparison,
                 fresh: list[dict[str, Any]], results: list[dict[str, Any]], left: int) -> bool:
     """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
     if steps.keep_rule == "sequential":
@@ -55,7 +55,7 @@ def could_close(steps: StepBudget, records: list[dict[str, Any]], verdict: stats
     return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor
 
 
-def screen(steps: StepBudget, records: list[dict[str, Any]], reference: list[list[float]],
+def screen(steps: StepBudget, records: Sequence[dict[str, Any]], reference: list[list[float]],
            measurement: dict[str, Any], batch: int, floor: float, incumbent_trial: int | None = None,
            min_gain: float = keep_rule.MIN_GAIN) -> stats.Comparison:
     """One candidate run against the incumbent's runs on its card (from trial `incumbent_trial`): under
@@ -66,7 +66,7 @@ def screen(steps: StepBudget, records: list[dict[str, Any]], reference: list[lis
     return stats.compare(reference, [measurement["step_times_s"]], batch, floor)
 
 
-def second_look(steps: StepBudget, records: list[dict[str, Any]], reference: list[list[float]],
+def second_look(steps: StepBudget, records: Sequence[dict[str, Any]], reference: list[list[float]],
                 candidate: list[dict[str, Any]], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
     """The sequential rule's look after a trial's second run, against the incumbent's runs so far
     (None under the floor rule, or where the spread so far leaves this look no share)."""
@@ -106,7 +106,7 @@ def min_gain(job: Any) -> float:
 
 
 def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent, knobs: Knobs,
-                 start: Knobs, records: list[dict[str, Any]], strict: bool = False) -> dict[str, Any]:
+                 start: Knobs, records: Sequence[dict[str, Any]], strict: bool = False) -> dict[str, Any]:
     """Per-row losses against the baseline's; a change the user allowed to alter what is trained (an
     image resolution cap) is exempt, and once one is kept, later changes are held to its losses. A script's
     rows are matched by content (probes/row_parity.py); `strict`: another weighting is refused too."""

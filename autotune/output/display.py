@@ -8,6 +8,7 @@ plain line per finished trial and the final table.
 
 from __future__ import annotations
 
+import errno
 import time
 from typing import Any
 
@@ -18,6 +19,20 @@ from rich.spinner import Spinner
 from rich.table import Table
 
 DECISION_STYLE = {"keep": "bold green", "discard": "dim", "baseline": "cyan"}
+
+
+class _Console(Console):
+    """rich's Console, whose closed stdout is Python's BrokenPipeError: rich's own answer is SystemExit(1),
+    an exit 1 with no line, where the command's other writes end in the quiet exit of a reader gone."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more is written through it (the Live's last refresh included)
+        raise BrokenPipeError(errno.EPIPE, "the reader of stdout has gone")
+
+
+def new_console(**options: Any) -> Console:
+    """The console every command prints through (tables, progress, suggestions)."""
+    return _Console(**options)
 
 
 def shown(value: Any) -> str:
@@ -41,10 +56,10 @@ class Progress:
     def __init__(self, console: Console | None = None, max_trials: int | None = None,
                  time_budget_s: float | None = None) -> None:
         if console is None:
-            console = Console()
+            console = new_console()
             if not console.is_terminal:
                 # A log has no width: 80 columns would cut the table's changes and wrap every line.
-                console = Console(width=160)
+                console = new_console(width=160)
         self.console = console
         self.max_trials, self.time_budget_s = max_trials, time_budget_s
         self.started = time.monotonic()

@@ -17,21 +17,41 @@ import pytest
 from rich.console import Console
 
 from autotune.cli.main import main
-from autotune.output.display import Progress
+from autotune.output.display import Progress, new_console
 from autotune.util.io import DiskError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_a_closed_stdout_is_a_quiet_exit(tmp_path):
-    """`autotune kb list --json | head -1`: the reader has gone before the output is written."""
+@pytest.mark.parametrize("words", [["kb", "list", "--all", "--json"], ["suggest", "model=7B", "max_len=512"]],
+                         ids=["print", "rich"])
+def test_a_closed_stdout_is_a_quiet_exit(tmp_path, words):
+    """`autotune kb list --json | head -0`, `autotune suggest ... | head -0`: the reader has gone before the
+    output is written. suggest prints through rich, whose own answer to a broken pipe is exit 1, no line."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "AUTOTUNE_KB": str(tmp_path / "kb")}
-    child = subprocess.Popen([sys.executable, "-m", "autotune.cli.main", "kb", "list", "--all", "--json"],
+    child = subprocess.Popen([sys.executable, "-m", "autotune.cli.main", *words],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
     child.stdout.close()  # before the child has imported anything: its first write meets no reader
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) in (0, 141)
     assert err == "", err
+
+
+def test_a_stdout_started_closed_is_written_nowhere(tmp_path):
+    """`autotune kb runs >&-`: fd 1 is /dev/null for the command, not the number of the next file it opens."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "AUTOTUNE_KB": str(tmp_path / "kb")}
+    done = subprocess.run(["sh", "-c", 'exec "$0" "$@" >&-', sys.executable, "-m", "autotune.cli.main",
+                           "suggest", "model=7B", "max_len=512"], stderr=subprocess.PIPE, env=env, cwd=tmp_path,
+                          timeout=120)
+    assert (done.returncode, done.stderr.decode()) == (0, "")
+
+
+def test_the_console_s_broken_pipe_is_python_s():
+    """rich raises SystemExit(1) for a broken pipe; autotune's console raises what main quietly ends on."""
+    console = new_console(file=StringIO())
+    with pytest.raises(BrokenPipeError):
+        console.on_broken_pipe()
+    assert console.quiet
 
 
 def test_a_full_disk_in_a_tune_names_resume(tmp_path, capsys, monkeypatch):

@@ -9,7 +9,6 @@ import copy
 import json
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from conftest import make_spec, tiny_job
@@ -46,14 +45,13 @@ def old_measurements() -> list[dict]:
 # -- round trips ----------------------------------------------------------------------------------
 
 def built_specs(tmp_path: Path) -> list[dict]:
-    """Specs as the tuner builds them (trial_spec.spec, the one builder): a frame, a trial, an MLP trial."""
+    """Specs as the tuner builds them (trial_spec.Specs.spec, the one builder): a frame, a trial, an MLP trial."""
     specs = []
+    peaks = {"matmul_flops": {"fp32": 1e12}}
     for job in (tiny_job(), job_from_dict("m", MLP)):
-        tuner = SimpleNamespace(job=job, script=None, cwd=tmp_path, folder=RunFolder(tmp_path, "t"),
-                                steps=StepBudget.for_job(job),
-                                inject={1: "nan"}, state=SimpleNamespace(peaks={"matmul_flops": {"fp32": 1e12}}))
-        specs += [trial_spec.spec(tuner, "frame", job.start, 0, peak_cache={}),
-                  trial_spec.spec(tuner, "trial", job.start, 1, ceiling=True)]
+        built = trial_spec.Specs(job, StepBudget.for_job(job), RunFolder(tmp_path, "t"), None, tmp_path, {1: "nan"})
+        specs += [built.spec("frame", job.start, 0, peaks, peak_cache={}),
+                  built.spec("trial", job.start, 1, peaks, ceiling=True)]
     return specs
 
 

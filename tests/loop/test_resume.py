@@ -78,7 +78,7 @@ def test_a_run_killed_at_any_point_resumes_to_the_same_result_without_repeats(tm
 
 
 def test_a_trial_the_folder_holds_but_the_knowledge_base_lost_is_written_back_not_remeasured(tmp_path, monkeypatch):
-    # The run folder's record is written first (loop/journal.py): a kill before the knowledge base's
+    # The run folder's record is written first (Tuner._journal): a kill before the knowledge base's
     # copy leaves the trial in experiments.jsonl alone, and resume writes the copy from it.
     job = tiny_job(max_trials=4, run="r")
     original = Experience.record_trial

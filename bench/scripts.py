@@ -1,0 +1,158 @@
+"""Bring-your-own scripts tuned beside the best config measured by hand over the same knobs (issue 30).
+
+    python -m bench.scripts [--only plain_yaml] [--time 6m] [--rounds 2] [--no-save]
+
+Each case is a script written for this benchmark (bench/byo/, not the examples' own) on a tiny model
+built from a config and generated rows. Per case, in one run so the machine's load cancels:
+1. `autotune tune CASE script=... smoke time=T only=KNOBS --json` through the console script, in a
+   fresh copy of bench/byo with its own knowledge base: autotune's pick.
+2. Every config of the case's grid over the same KNOBS (those autotune is held to), each once, as a
+   trial through the runner and executor `tune` uses (bench.record's instrument).
+3. Rounds of interleaved runs of the baseline, the grid's three fastest and autotune's pick; each
+   config's median over the rounds, divided by the baseline's median, is its gain.
+It prints per case autotune's gain, the hand-measured best gain and their ratio (target >= 0.7) and
+writes bench/results/scripts.json unless --no-save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import chdir
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BYO = ROOT / "bench" / "byo"
+RESULTS = ROOT / "bench" / "results" / "scripts.json"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    words: tuple[str, ...]          # after `autotune tune NAME`, paths relative to the copy's root
+    grid: dict[str, tuple] = field(default_factory=dict)
+
+    def only(self) -> str:
+        return "only=" + ",".join(self.grid)
+
+
+CASES = (
+    Case("plain_yaml", ("script=byo/plain_yaml.py", "script_args=byo/plain_yaml.yaml"),
+         {"per_device_train_batch_size": (2, 4, 8, 16), "padding": ("max_length", "longest"),
+          "group_by_length": (False, True), "attn_implementation": ("eager", "sdpa")}),
+)
+
+
+def tune(case: Case, work: Path, budget: str) -> dict[str, Any]:
+    """autotune's own tune of the case, as a user runs it; its --json object."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "AUTOTUNE_KB": str(work / "kb"), "PYTHONPATH":
+           os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    done = subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", case.name, *case.words, case.only(),
+                           "smoke", f"time={budget}", "--json"], cwd=work, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{case.name}: tune exit {done.returncode}: {done.stderr.strip()[-400:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    result["best_knobs"] = json.loads((work / "runs" / case.name / "best_config.json").read_text())["knobs"]
+    return result
+
+
+def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """The grid measured once, then the baseline, the grid's top 3 and autotune's pick interleaved."""
+    from autotune.config.knobs import Knobs
+    from autotune.executors import LocalExecutor
+    from autotune.loop.tuner import Tuner
+    from autotune.workloads.jobs import job_from_words
+
+    from .workloads import configs
+
+    with chdir(work):
+        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", f"kb={work / 'kb-grid'}"])
+        executor = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""})
+        try:
+            tuner = Tuner(job, executor, work / "runs")
+            tuner.folder.create(job.to_dict())
+            frame = tuner.frame()
+            grid = list(configs(case.grid, job.start, frame["device"], job.effective_batch))
+            once = []
+            for index, knobs in enumerate(grid, 1):
+                result = tuner.measure(knobs, index, "grid", ceiling=False)
+                speed = result["measurement"]["samples_per_s"] if result["state"] == "complete" else None
+                once.append({"knobs": knobs.to_dict(), "state": result["state"], "samples_per_s": speed})
+            top = sorted((e for e in once if e["samples_per_s"]), key=lambda e: -e["samples_per_s"])[:3]
+            chosen = {"baseline": job.start, "autotune": Knobs.from_dict({**job.start.to_dict(), **picked})}
+            chosen.update({f"grid{i + 1}": Knobs.from_dict(e["knobs"]) for i, e in enumerate(top)})
+            runs: dict[str, list[float]] = {label: [] for label in chosen}
+            for _ in range(rounds):
+                for label, knobs in chosen.items():
+                    result = tuner.measure(knobs, 1, label)
+                    if result["state"] == "complete":
+                        runs[label].append(result["measurement"]["samples_per_s"])
+        finally:
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
+    median = {label: statistics.median(v) for label, v in runs.items() if v}
+    base = median["baseline"]
+    hand = max((label for label in median if label.startswith("grid")), key=lambda label: median[label])
+    return {"grid": once, "runs": runs, "hand_knobs": chosen[hand].to_dict(),
+            "autotune_gain": median.get("autotune", 0.0) / base, "hand_gain": median[hand] / base}
+
+
+def run_case(case: Case, budget: str, rounds: int) -> dict[str, Any]:
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"bench-scripts-{case.name}-") as tmp:
+        work = Path(tmp)
+        shutil.copytree(BYO, work / "byo")
+        tuned = tune(case, work, budget)
+        hand = by_hand(case, work, tuned["best_knobs"], rounds)
+    ratio = (hand["autotune_gain"] - 1) / (hand["hand_gain"] - 1) if hand["hand_gain"] > 1 else 1.0
+    return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg(),
+            "tune_speedup": tuned["speedup"], "tune_trials": tuned["trials"], "stop_reason": tuned["stop_reason"],
+            "autotune_knobs": tuned["best_knobs"], **hand, "gain_ratio": hand["autotune_gain"] / hand["hand_gain"],
+            "excess_ratio": ratio, "wall_s": round(time.monotonic() - began, 1)}
+
+
+def table(rows: dict[str, dict[str, Any]]) -> str:
+    lines = ["| script | autotune's gain | hand-best gain | ratio | autotune's own figure | trials |", "|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        if "error" in row:
+            lines.append(f"| {name} | failed: {row['error'][:80]} | | | | |")
+            continue
+        lines.append(f"| {name} | x{row['autotune_gain']:.2f} | x{row['hand_gain']:.2f} | {row['gain_ratio']:.2f} | "
+                     f"x{row['tune_speedup']:.2f} | {row['tune_trials']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scripts", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated cases: " + ",".join(c.name for c in CASES))
+    parser.add_argument("--time", default="6m", help="autotune's time budget per case")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the final comparison")
+    parser.add_argument("--no-save", action="store_true")
+    args = parser.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    rows: dict[str, dict[str, Any]] = {}
+    for case in (c for c in CASES if not names or c.name in names):
+        print(f"{case.name} ...", flush=True)
+        try:
+            rows[case.name] = run_case(case, args.time, args.rounds)
+        except (RuntimeError, KeyError, ValueError) as error:
+            rows[case.name] = {"error": str(error)}
+    print(table(rows))
+    if not args.no_save:
+        old = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"schema_version": 1, "cases": {}}
+        RESULTS.write_text(json.dumps({"schema_version": 1, "cases": {**old["cases"], **rows}}, indent=1) + "\n")
+    return 1 if any("error" in row for row in rows.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
