@@ -24,6 +24,7 @@ import networkx as nx
 
 from ..util.errors import RecordError
 from .claims import Claim, Evidence, Update
+from .features import FeatureView
 from .store import Store
 
 PRIORS = "priors.json"
@@ -79,7 +80,7 @@ class Beliefs:
             return list(self._history)
         return [e for e in self._history if e["claim"] == claim_id or claim_id in e.get("children", ())]
 
-    def matching(self, knob: str, value: Any, start: Any, features: dict[str, Any]) -> list[Claim]:
+    def matching(self, knob: str, value: Any, start: Any, features: FeatureView) -> list[Claim]:
         return [c for c in self._claims.values() if c.active and c.matches(knob, value, start, features)]
 
     def relations(self, kind: str) -> list[tuple[Claim, str]]:

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 from ..util.errors import RecordError
 from ..config.knobs import CATALOG
+from .features import Features, FeatureView
 
 OPS = (">=", "<=", "!=", "==", ">", "<")
 INT_KNOBS = tuple(name for name, knob in CATALOG.items() if knob.kind == "int")
@@ -38,7 +39,7 @@ class Clause:
     op: str
     value: Any
 
-    def holds(self, features: dict[str, Any]) -> bool:
+    def holds(self, features: FeatureView) -> bool:
         have = features.get(self.feature)
         if have is None:
             return False
@@ -109,7 +110,7 @@ class Evidence:
     experiment: str          # "<run>#<trial>" (or an imported run's id)
     ratio: float             # candidate / incumbent throughput, interleaved
     outcome: str             # helps | hurts | neutral (the comparison's verdict)
-    features: dict[str, Any] = field(default_factory=dict)
+    features: Features = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"experiment": self.experiment, "ratio": self.ratio, "outcome": self.outcome,
@@ -155,7 +156,7 @@ class Claim:
     def change(self) -> str:
         return f"{self.knob}={_value_text(self.value)}"
 
-    def matches(self, knob: str, value: Any, start: Any, features: dict[str, Any]) -> bool:
+    def matches(self, knob: str, value: Any, start: Any, features: FeatureView) -> bool:
         """Does this claim speak about `knob: start -> value` for a job with these features?"""
         if knob != self.knob or change_value(knob, start, value) != self.value:
             return False

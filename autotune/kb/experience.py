@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..config.knobs import Knobs
-from .features import distance
+from .features import FeatureView, distance
 from .store import Store
 
 # Fields of a measurement worth keeping in the knowledge base (the run folder keeps everything).
@@ -38,7 +38,7 @@ class Experience:
         self.store = store
 
     # -- writing ----------------------------------------------------------------------------
-    def record_trial(self, run_id: str, identity: dict[str, Any], features: dict[str, Any],
+    def record_trial(self, run_id: str, identity: dict[str, Any], features: FeatureView,
                      incumbent: Knobs, record: dict[str, Any], hypothesis: dict[str, Any] | None = None) -> int:
         """One trial (the baseline is trial 0); `identity` holds job and device fingerprints and software."""
         trial = {
@@ -55,7 +55,7 @@ class Experience:
         }
         return self.store.append("trials", trial)
 
-    def record_run(self, run_id: str, identity: dict[str, Any], job: dict[str, Any], features: dict[str, Any],
+    def record_run(self, run_id: str, identity: dict[str, Any], job: dict[str, Any], features: FeatureView,
                    frame: dict[str, Any], outcome: dict[str, Any]) -> int:
         return self.store.append("runs", {"schema_version": 1, "run_id": run_id, "run": job["run"], **identity,
                                           "job": job, "features": features, "frame": frame, **outcome,
@@ -80,7 +80,7 @@ class Experience:
                  and (t["trial"] == 0 or t["decision"] != "baseline")]
         return found[-1] if found else None
 
-    def similar_run(self, features: dict[str, Any], device_kind: str | None,
+    def similar_run(self, features: FeatureView, device_kind: str | None,
                     exclude_job: str | None = None) -> dict[str, Any] | None:
         """The nearest past run of the same model family on the same kind of device whose best
         config beat its baseline."""

@@ -12,9 +12,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from ..config.knobs import Knobs
+from ..config.types import KnobValue
+
+# One job's features, name to a number, a word or a flag (a knob's value under its own name): what
+# claims' clauses compare and `distance` weighs. Flat by design, so a condition names one feature.
+Features = dict[str, KnobValue]
+FeatureView = Mapping[str, KnobValue]
 
 # Memory of common cards (GB), so `suggest gpu=4090` knows what a 4090 holds; `gpu_mem=` overrides.
 GPU_MEMORY_GB = {"4090": 24, "3090": 24, "a10": 24, "l4": 24, "a5000": 24, "t4": 16, "v100": 32,
@@ -42,10 +48,10 @@ def logits_gb(vocab: int, max_len: int) -> float:
     return round(vocab * max_len * 4 / 1e9, 3)
 
 
-def job_features(job: Any, frame: dict[str, Any] | None = None) -> dict[str, Any]:
+def job_features(job: Any, frame: dict[str, Any] | None = None) -> Features:
     """Features of the job itself and of its device (no config, no profile)."""
-    features: dict[str, Any] = {"max_len": job.max_len, "effective_batch": job.effective_batch,
-                                "method": job.method}
+    features: Features = {"max_len": job.max_len, "effective_batch": job.effective_batch,
+                          "method": job.method}
     if not frame:
         return features
     model, data, device = frame.get("model", {}), frame.get("data", {}), frame.get("device", {})
@@ -80,11 +86,11 @@ def job_features(job: Any, frame: dict[str, Any] | None = None) -> dict[str, Any
     return features
 
 
-def profile_features(measurement: dict[str, Any] | None) -> dict[str, Any]:
+def profile_features(measurement: dict[str, Any] | None) -> Features:
     """Where the incumbent's time and memory go, from its measurement."""
     if not measurement:
         return {}
-    features: dict[str, Any] = {}
+    features: Features = {}
     breakdown = measurement.get("breakdown") or {}
     for name in ("data_wait_share", "optimizer_share"):
         if breakdown.get(name) is not None:
@@ -95,14 +101,14 @@ def profile_features(measurement: dict[str, Any] | None) -> dict[str, Any]:
     return features
 
 
-def knob_features(knobs: Knobs) -> dict[str, Any]:
-    values: dict[str, Any] = knobs.to_dict()
+def knob_features(knobs: Knobs) -> Features:
+    values: Features = knobs.to_dict()
     values["micro_batch"] = values.pop("per_device_train_batch_size")
     return values
 
 
 def context(job: Any, frame: dict[str, Any] | None, knobs: Knobs,
-            measurement: dict[str, Any] | None = None) -> dict[str, Any]:
+            measurement: dict[str, Any] | None = None) -> Features:
     """Everything a claim may condition on when `knobs` is the config being improved."""
     return {**job_features(job, frame), **profile_features(measurement), **knob_features(knobs)}
 
@@ -144,7 +150,7 @@ def device_fingerprint(frame: dict[str, Any]) -> str:
     return peaks.get("fingerprint") or fingerprint({k: frame.get("device", {}).get(k) for k in ("kind", "name")})
 
 
-def distance(a: dict[str, Any], b: dict[str, Any]) -> float:
+def distance(a: FeatureView, b: FeatureView) -> float:
     """How unlike two jobs are: log-scale gaps on the numeric features both have, 1 per differing
     categorical one. Used to pick the past run that warm-starts a new one."""
     import math
