@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 from ..engine import runner_module
+from .tmpdirs import TMP_PATH_MAX, short_base, tmp_env
 
 BEAT_S = 2.0
-TMP_PATH_MAX = 64  # as local.py's: AF_UNIX allows 107 bytes, multiprocessing and torch add ~40 of their own
 
 
 def trial_tmp() -> Path:
@@ -34,15 +34,13 @@ def trial_tmp() -> Path:
         return inside
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix=f"autotune-{os.getuid()}-", dir="/tmp" if os.access("/tmp", os.W_OK) else None))
+    return Path(tempfile.mkdtemp(prefix=f"autotune-{os.getuid()}-", dir=short_base()))
 
 
 def main(runner: str, spec: str, result: str, heartbeat: str) -> int:
     beat = Path(heartbeat)
     tmp = trial_tmp()
-    env = {**os.environ, "TMPDIR": str(tmp)}
-    for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
-        env.setdefault(name, str(tmp / folder))  # a cache the user placed on purpose stays theirs
+    env = {**os.environ, **tmp_env(tmp, os.environ)}
     try:
         with open("stdout.txt", "w") as out, open("stderr.txt", "w") as err:
             child = subprocess.Popen([sys.executable, "-m", runner_module(runner), spec, result],

@@ -14,7 +14,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
 from ..util import procs
+from .tmpdirs import CACHE_FOLDERS, TMP_PATH_MAX, short_base, tmp_env
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
            "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
@@ -51,7 +51,7 @@ def _start_fork_server() -> None:
 
     own = tempfile.mkdtemp(prefix="autotune-forkserver-")
     atexit.register(shutil.rmtree, own, True)
-    saved = {name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    saved = {name: os.environ.get(name) for name, _ in CACHE_FOLDERS}
     os.environ.update({name: saved[name] or os.path.join(own, name.lower()) for name in saved})
     try:
         forkserver.ensure_running()
@@ -72,17 +72,13 @@ def _tail(path: Path) -> str:
 
 # A socket's path has at most 107 bytes (AF_UNIX); multiprocessing and torch put theirs under TMPDIR with
 # ~40 bytes of their own, so a trial folder deeper than this gets a short temporary folder instead.
-TMP_PATH_MAX = 64
-
-
 def trial_tmp(trial_dir: Path, tag: str) -> Path:
     """The trial's temporary folder: `trials/N/tmp`, or where that path is too long for the sockets made
     in it, a private folder named by the trial's tag under /tmp; either is removed when the trial ends."""
     inside = trial_dir.resolve() / "tmp"
     if len(str(inside)) <= TMP_PATH_MAX:
         return inside
-    base = Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
-    return base / f"autotune-{os.getuid()}-{tag}"
+    return short_base() / f"autotune-{os.getuid()}-{tag}"
 
 
 class LocalExecutor:
@@ -98,10 +94,7 @@ class LocalExecutor:
         tmp = trial_tmp(trial_dir, tag)
         env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
                OWNER_ENV: str(os.getpid()),  # the trial ends itself if this process dies first
-               procs.TAG_ENV: tag, "TMPDIR": str(tmp)}
-        for name, folder in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
-            if name not in os.environ:   # a cache the user placed on purpose stays theirs
-                env[name] = str(tmp / folder)
+               procs.TAG_ENV: tag, **tmp_env(tmp, os.environ)}
         if spec["job"].get("smoke"):
             env["CUDA_VISIBLE_DEVICES"] = ""  # smoke is a CPU dry run, whatever the machine has
         return env

@@ -1,0 +1,28 @@
+"""Where a trial's temporary files go, for the local executor and the SSH heartbeat alike: tempfile's,
+multiprocessing's pymp-* and torch.compile's caches, in the trial's folder (`tmp` there) or, where that
+path is too long for the sockets made in it, a short private folder under /tmp. Standard library only:
+the heartbeat runs on the remote box."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+# AF_UNIX allows 107 bytes; multiprocessing and torch add ~40 of their own to the folder's path.
+TMP_PATH_MAX = 64
+# The caches torch.compile writes, by the variable that places each and its folder under TMPDIR.
+CACHE_FOLDERS = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"))
+
+
+def short_base() -> Path:
+    """Where a folder goes when the trial's own path is too long: /tmp, or the system's temp folder."""
+    import tempfile
+
+    return Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
+
+
+def tmp_env(tmp: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """TMPDIR and the compile caches pointed into `tmp`; a cache the user placed on purpose (set in
+    `environ`) stays theirs."""
+    return {"TMPDIR": str(tmp), **{name: str(tmp / folder) for name, folder in CACHE_FOLDERS if name not in environ}}
