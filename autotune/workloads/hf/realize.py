@@ -135,6 +135,10 @@ def _trl_main(words: list[str], log: Path, env: dict[str, str] | None = None) ->
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
+        # Python's own streams onto those numbers too: the forking process's may be bound elsewhere (a
+        # test's capture, a display), and TRL's error then never reaches the log the refusal is read from.
+        sys.stdout = open(1, "w", closefd=False, buffering=1, encoding="utf-8", errors="replace")
+        sys.stderr = open(2, "w", closefd=False, buffering=1, encoding="utf-8", errors="replace")
         os.setsid()  # its loader workers end with it on a timeout
         _as_a_fresh_start()
         from trl.cli import main
