@@ -22,7 +22,7 @@ from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
 from ..util import procs
-from .tmpdirs import CACHE_FOLDERS, TMP_PATH_MAX, short_base, tmp_env
+from .tmpdirs import CACHE_FOLDERS, TMP_PATH_MAX, placed_by_user, short_base, tmp_env
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
            "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
@@ -52,7 +52,9 @@ def _start_fork_server() -> None:
     own = tempfile.mkdtemp(prefix="autotune-forkserver-")
     atexit.register(shutil.rmtree, own, True)
     saved = {name: os.environ.get(name) for name, _ in CACHE_FOLDERS}
-    os.environ.update({name: saved[name] or os.path.join(own, name.lower()) for name in saved})
+    for name in saved:
+        if not placed_by_user(name, os.environ):
+            os.environ[name] = os.path.join(own, name.lower())
     try:
         forkserver.ensure_running()
     finally:
