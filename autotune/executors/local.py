@@ -80,7 +80,7 @@ def trial_tmp(trial_dir: Path, tag: str) -> Path:
     inside = trial_dir.resolve() / "tmp"
     if len(str(inside)) <= TMP_PATH_MAX:
         return inside
-    return short_base() / f"autotune-{os.getuid()}-{tag}"
+    return short_base() / procs.short_tmp_name(tag)
 
 
 class LocalExecutor:
@@ -146,21 +146,28 @@ class LocalExecutor:
             return refused
         started = time.monotonic()
         tag, since = f"{os.getpid()}.{next(_tags)}", procs.now_ticks()
-        trial_tmp(trial_dir, tag).mkdir(mode=0o700, exist_ok=True)
-        child = self._start(spec, trial_dir, tag)
-        _live.add(child.pid)
+        tmp = trial_tmp(trial_dir, tag)
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        child = None
         try:
-            code = self._wait(child, timeout_s, tag, since)
-        except BaseException:
-            # Ctrl-C or SIGTERM in the tuner: the trial runs in its own session and would not hear it,
-            # so it is killed here rather than left holding the device.
-            self._wait(child, 0, tag, since)
-            raise
+            # Inside the try: the first start waits seconds for the fork server's imports, and a Ctrl-C or
+            # SIGTERM then must still take the temporary folder back (a short one lies outside the run).
+            child = self._start(spec, trial_dir, tag)
+            _live.add(child.pid)
+            try:
+                code = self._wait(child, timeout_s, tag, since)
+            except BaseException:
+                # Ctrl-C or SIGTERM in the tuner: the trial runs in its own session and would not hear it,
+                # so it is killed here rather than left holding the device.
+                self._wait(child, 0, tag, since)
+                raise
         finally:
-            _live.discard(child.pid)
-            # Whatever the trial left running (a daemon its script started) ends with it, and its temporary files go.
+            if child is not None:
+                _live.discard(child.pid)
+            # Whatever the trial left running (a daemon its script started, or a child whose start was
+            # interrupted) ends with it, found by its tag, and its temporary files go.
             procs.end_trial(tag, None, since, procs.helpers() | _live)
-            shutil.rmtree(trial_tmp(trial_dir, tag), ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
         wall = round(time.monotonic() - started, 3)
         if code is None:
             return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",
