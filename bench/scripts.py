@@ -3,7 +3,8 @@
     python -m bench.scripts [--only plain_yaml] [--time 6m] [--rounds 2] [--no-save]
 
 Each case is a script written for this benchmark (bench/byo/, not the examples' own) on a tiny model
-built from a config and generated rows. Per case, in one run so the machine's load cancels:
+built from a config and generated rows; a case's `setup` (bench/byo_setup.py) makes in its copy what
+is not committed: TRL's installed sft.py, a tiny model folder, data files. Per case, in one run so the machine's load cancels:
 1. `autotune tune CASE script=... smoke time=T only=KNOBS --json` through the console script, in a
    fresh copy of bench/byo with its own knowledge base: autotune's pick.
 2. Every config of the case's grid over the same KNOBS (those autotune is held to), each once, as a
