@@ -71,6 +71,7 @@ class Case:
     owns: tuple[str, ...] = ()      # paths (from the sandbox) the command was asked to write: kb export FILE
     usage: bool = False             # expected: the usage on stdout, exit 2, nothing on stderr (a bare `autotune`)
     result: dict[str, Any] = field(default_factory=dict)
+    pids: list[int] = field(default_factory=list)  # the autotune processes the case ran: their /tmp folders are looked for
 
 
 # ------------------------------------------------------------------------------------------- sandbox
@@ -386,7 +387,9 @@ def _copy_base(root: Path, run: str) -> None:
 
 def kill_cases() -> list[Case]:
     cases = []
+    # "early" lands while the first trial waits for the fork server's imports; "mid" inside a trial.
     for name, signum, after in (("SIGKILL early", signal.SIGKILL, 4), ("SIGKILL mid", signal.SIGKILL, 14),
+                                ("SIGTERM early", signal.SIGTERM, 4), ("SIGINT early", signal.SIGINT, 4),
                                 ("SIGTERM mid", signal.SIGTERM, 10), ("SIGINT mid", signal.SIGINT, 10)):
         run = f"k{signum}-{after}"
         for mode in ("review", "resume"):
@@ -411,11 +414,14 @@ def env_for(root: Path) -> dict[str, str]:
     return env
 
 
-def run_forked(argv: list[str], root: Path, timeout: float) -> tuple[int | None, str, str, float]:
+def run_forked(argv: list[str], root: Path, timeout: float,
+               pids: list[int] | None = None) -> tuple[int | None, str, str, float]:
     """`autotune ARGV` in a forked child (its own session, stdin /dev/null, stdout and stderr to files)."""
     out_path, err_path = root / "io" / "out.txt", root / "io" / "err.txt"
     started = time.monotonic()
     pid = os.fork()
+    if pid and pids is not None:
+        pids.append(pid)
     if pid == 0:  # the child
         code = 99
         try:
@@ -462,12 +468,15 @@ def _kill_group(pid: int) -> None:
 
 
 def run_process(argv: list[str], root: Path, timeout: float, close_stdout: bool = False,
-                kill: tuple[int, float] | None = None) -> tuple[int | None, str, str, float]:
+                kill: tuple[int, float] | None = None,
+                pids: list[int] | None = None) -> tuple[int | None, str, str, float]:
     """`python -m autotune.cli.main ARGV` as a real process (pipes, signals), killed whole past `timeout`."""
     started = time.monotonic()
     child = subprocess.Popen([sys.executable, "-m", "autotune.cli.main", *argv], cwd=root / "user", env=env_for(root),
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              start_new_session=True)
+    if pids is not None:
+        pids.append(child.pid)
     if close_stdout:
         child.stdout.close()
     if kill is not None:
@@ -484,6 +493,14 @@ def run_process(argv: list[str], root: Path, timeout: float, close_stdout: bool 
     if kill is not None:
         _kill_group(child.pid)  # what the killed tuner left behind (a killed parent's trial ends itself)
     return code, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace"), time.monotonic() - started
+
+
+def left_in_tmp(pids: list[int]) -> list[str]:
+    """The short temporary folders (tmpdirs.short_base) that trials of these processes left behind: a
+    trial's tag starts with its tuner's pid. A SIGKILLed tuner cannot take them back; any other end must."""
+    import glob
+
+    return sorted(name for pid in pids for name in glob.glob(f"/tmp/autotune-{os.getuid()}-{pid}.*"))
 
 
 def judge(case: Case, code: int | None, out: str, err: str, changed: list[str]) -> list[str]:
@@ -506,6 +523,12 @@ def judge(case: Case, code: int | None, out: str, err: str, changed: list[str]) 
         broken.append(f"exit {code}")
     if changed:
         broken.append("changed outside: " + ", ".join(changed[:3]))
+    if case.kill is None or case.kill[0] != signal.SIGKILL:
+        left = left_in_tmp(case.pids)
+        if left:
+            broken.append("left in /tmp: " + ", ".join(left[:3]))
+    elif left_in_tmp(case.pids[1:]):  # the SIGKILLed tune could not; its resume or review must
+        broken.append("left in /tmp: " + ", ".join(left_in_tmp(case.pids[1:])[:3]))
     return broken
 
 
@@ -515,12 +538,12 @@ def run_case(case: Case, root: Path, default_timeout: float) -> None:
     timeout = case.timeout or default_timeout
     if case.kill is not None:
         run = case.argv[1]
-        run_process(["tune", run, *TINY_RUN], root, 120, kill=case.kill)
+        run_process(["tune", run, *TINY_RUN], root, 120, kill=case.kill, pids=case.pids)
     before = snapshot(root)
     if case.pipe or case.kill is not None:
-        code, out, err, wall = run_process(case.argv, root, timeout, close_stdout=case.pipe)
+        code, out, err, wall = run_process(case.argv, root, timeout, close_stdout=case.pipe, pids=case.pids)
     else:
-        code, out, err, wall = run_forked(case.argv, root, timeout)
+        code, out, err, wall = run_forked(case.argv, root, timeout, pids=case.pids)
     after = snapshot(root)
     changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p) and p not in case.owns)
     case.result = {"code": code, "wall": wall, "broken": judge(case, code, out, err, changed),
