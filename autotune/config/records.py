@@ -99,7 +99,7 @@ class TrialRecord(Mapping[str, Any]):
         return len(self.raw)
 
     @property
-    def verdict(self) -> Decision:
+    def decided(self) -> Decision:
         """What the loop decided on this trial, and the comparison behind it."""
         return Decision.from_dict(self.raw)
 

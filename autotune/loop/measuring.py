@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from . import trial_spec, verdict as decide
+from . import judge, trial_spec
 from ..config.job import Job
 from ..config.knobs import Knobs
 from ..config.measurement import Measurement
@@ -81,16 +81,16 @@ def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], 
                incumbent: Incumbent, knobs: Knobs, results: list[RunResult], fresh: list[RunResult],
                floor: float, verdict: stats.Comparison) -> stats.Comparison:
     """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
-    could close it (`verdict.could_close`). A change that looks like noise costs no more runs, and at
-    most `extra_pairs` (more on a noisy machine: `verdict.most_pairs`); the sequential rule decides only at its looks, each at its share of the
+    could close it (`judge.could_close`). A change that looks like noise costs no more runs, and at
+    most `extra_pairs` (more on a noisy machine: `judge.most_pairs`); the sequential rule decides only at its looks, each at its share of the
     false-keep rate, so waiting for a lucky draw cannot turn noise into a gain (`python -m
     bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules)."""
     added = 0
-    extra = decide.most_pairs(steps, records) - 2  # set from earlier trials, before this one's runs
+    extra = judge.most_pairs(steps, records) - 2  # set from earlier trials, before this one's runs
     # With a time budget, extra pairs take at most a quarter of the time left: room for four times
     # the extra runs so far and the next pair (one trial must not spend what the others need).
     while verdict.verdict == "no difference" and added < extra and meter.room_for(8 * (added + 1)):
-        if not decide.could_close(steps, records, verdict, measured(fresh), measured(results), extra - added):
+        if not judge.could_close(steps, records, verdict, measured(fresh), measured(results), extra - added):
             break  # even the most pairs allowed would leave the interval inside the floor
         added += 1
         total = 2 + added
@@ -115,16 +115,16 @@ def measured(runs: Sequence[RunResult]) -> list[Measurement]:
 
 def interleaved(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], incumbent_runs: list[RunResult],
                 candidate_runs: list[RunResult], floor: float) -> stats.Comparison:
-    """`verdict.interleaved` on the records, its last look when the budget has no room for another pair."""
-    return decide.interleaved(steps, records, measured(incumbent_runs), measured(candidate_runs),
-                              meter.job.effective_batch, floor, last=not meter.room_for(8 * (len(candidate_runs) - 1)))
+    """`judge.interleaved` on the records, its last look when the budget has no room for another pair."""
+    return judge.interleaved(steps, records, measured(incumbent_runs), measured(candidate_runs),
+                             meter.job.effective_batch, floor, last=not meter.room_for(8 * (len(candidate_runs) - 1)))
 
 
 def second_look(steps: StepBudget, records: Sequence[TrialRecord], job: Job, results: list[RunResult],
                 reference: list[list[float]], incumbent: Incumbent) -> stats.Comparison | None:
-    """The look after a trial's second run against the incumbent's runs so far (verdict.second_look),
+    """The look after a trial's second run against the incumbent's runs so far (judge.second_look),
     None where it has no share or a run did not complete."""
     if any(r.state != "complete" for r in results):
         return None
-    return decide.second_look(steps, records, reference, measured(results),
-                              job.effective_batch, incumbent.trial, decide.min_gain(job))
+    return judge.second_look(steps, records, reference, measured(results),
+                             job.effective_batch, incumbent.trial, judge.min_gain(job))

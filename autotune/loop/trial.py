@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Sequence
 
-from . import verdict as decide
+from . import judge
 from ..config.measurement import Decision, Parity
 from ..config.messages import RunResult
 from ..config.records import TrialRecord
@@ -54,7 +54,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
     if first.state != "complete":
         return finish("discard", first.reason, first.state, cannot_apply_here(hypothesis, first))
     measurement = first.measured()
-    parity_result = decide.parity_check(base, measurement, incumbent, knobs, job.start, records, job.strict_parity)
+    parity_result = judge.parity_check(base, measurement, incumbent, knobs, job.start, records, job.strict_parity)
     if not parity_result.ok:
         return finish("discard", parity_result.reason)
     # Interleaved in fresh processes, B A B A: drift of the machine hits both sides alike, and the
@@ -67,9 +67,9 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         fresh.append(meter.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
         reference = [list(m.step_times_s) for m in measured([r for r in fresh if r.state == "complete"])]
     if reference:
-        verdict = decide.screen(steps, records, reference, measurement, job.effective_batch,
-                                floor, incumbent.trial, decide.min_gain(job))
-        screened, kept = decide.screened_out(steps, verdict), decide.decided_on_one_run(steps, verdict)
+        verdict = judge.screen(steps, records, reference, measurement, job.effective_batch,
+                                floor, incumbent.trial, judge.min_gain(job))
+        screened, kept = judge.screened_out(steps, verdict), judge.decided_on_one_run(steps, verdict)
         if screened or kept:
             for result in fresh:
                 if result.state == "complete":
@@ -77,7 +77,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         if screened:
             return finish("discard", f"not faster after one run: {verdict.reason}")
         if kept:
-            return finish("keep", f"{verdict.reason}; {parity_result.reason}{decide.fits(measurement)}")
+            return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}")
     if not fresh and steps.keep_rule == "sequential":
         # The second run first: against the incumbent's runs so far it may decide (keep_rule.reuse_look).
         results.append(meter.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
@@ -85,7 +85,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         if look is not None and look.verdict != "no difference":
             verdict = look
             if look.verdict == "faster":
-                return finish("keep", f"{look.reason}; {parity_result.reason}{decide.fits(measurement)}")
+                return finish("keep", f"{look.reason}; {parity_result.reason}{judge.fits(measurement)}")
             return finish("discard", f"not faster after two runs: {look.reason}")
     second = results[-1] if len(results) > 1 else None
     if second is not None and second.state != "complete":
@@ -110,4 +110,4 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         return finish("discard", f"an extra run ended {failed.state}: {failed.reason}", failed.state)
     if verdict.verdict != "faster":
         return finish("discard", verdict.reason)
-    return finish("keep", f"{verdict.reason}; {parity_result.reason}{decide.fits(measurement)}")
+    return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}")

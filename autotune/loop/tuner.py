@@ -5,7 +5,7 @@ processes (one screening run, then pairs, more while undecided and more could de
 its share of the false-keep rate: autotune/loop/keep_rule.py over probes/sequential.py), its per-row losses
 match the baseline's (parity), and, when it moved a memory knob, its worst-case batch fits the device.
 Specs and timeouts: trial_spec.py; runs and extra pairs: measuring.py; one trial: trial.py; decisions
-on runs: verdict.py; a trial's record: recording.py.
+on runs: judge.py; what to try next: next_change.py; a trial's record: recording.py.
 
 The Tuner holds collaborators only (job, executor, run folder, memory, display, trackers, LLM, script)
 and keeps every piece of mutable loop state in `self.state`, a LoopState (state.py) saved to
@@ -33,13 +33,13 @@ from ..config.measurement import Decision, Measurement
 from ..config.messages import RunResult
 from ..config.records import TrialRecord
 from ..config.types import JsonObject
-from . import limits, verdict as decide
+from . import judge, limits
 from .limits import frame_limit, silent_limit
 from ..probes import stats
 from .learn import Memory
 from .measuring import Meter
 from .outcome import Asked, Incumbent, Outcome, Started, kept_product
-from .decide import next_hypotheses, warm_check
+from .next_change import next_hypotheses, warm_check
 from ..reasoner import Hypothesis, key, rank
 from ..output.records import RunFolder
 from ..util.io import write_json_atomic
@@ -295,7 +295,7 @@ class Tuner:
             hypotheses.insert(0, warm)
         hypotheses, skipped = self._allowed(hypotheses, skipped)
         # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
-        least = decide.stop_floor(self.steps, state.records, state.noise_floor)
+        least = judge.stop_floor(self.steps, state.records, state.noise_floor)
         hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, state.records, frame["device"],
                                             self.job.effective_batch, state.measured, self.memory.claims,
                                             features, least, self._allowed, skipped)
@@ -354,7 +354,7 @@ class Tuner:
             tracker.trial(self, record)
 
     def _first_on_start(self, frame: dict[str, Any], incumbent: Incumbent) -> Hypothesis | None:
-        """The change the ranking puts first on the user's config (decide.warm_check)."""
+        """The change the ranking puts first on the user's config (next_change.warm_check)."""
         features = self.memory.features(self.job.start, incumbent.profile)
         ranked, _ = rank(self.job.start, frame["device"], self.job.effective_batch, self.state.measured, self.memory.claims,
                          features, ())

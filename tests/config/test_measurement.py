@@ -34,7 +34,7 @@ def test_an_old_record_reads_its_measurements_and_its_decision_typed():
     for stored in old_records():
         record = TrialRecord.from_dict(stored, validate=True)
         assert [m.to_dict() for m in record.measurements] == stored["measurements"]
-        decided = record.verdict
+        decided = record.decided
         assert decided.decision == stored["decision"] and decided.ratio == stored["ratio"]
         assert (decided.parity is None) == (not stored.get("parity"))
         if decided.parity is not None:

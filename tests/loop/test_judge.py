@@ -1,4 +1,4 @@
-"""verdict.parity_check for a script: rows matched by content, and strict_parity refusing what another
+"""judge.parity_check for a script: rows matched by content, and strict_parity refusing what another
 weighting of the same rows would keep."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from autotune.config.knobs import Knobs
 from autotune.config.measurement import Measurement
 from autotune.config.records import TrialRecord
 from autotune.loop.outcome import Incumbent
-from autotune.loop.verdict import parity_check
+from autotune.loop.judge import parity_check
 
 ROWS = {"a": [1, 4, "ha"], "b": [1, 9, "hb"]}
 
