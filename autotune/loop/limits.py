@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..config.job import Job
+from ..config.messages import RunResult
+from ..config.types import JsonObject
 from ..reasoner import Hypothesis
 
 
@@ -52,12 +54,12 @@ def allowed(job: Job, script: Any, frame: dict[str, Any], hypotheses: list[Hypot
     return kept, skipped
 
 
-def cannot_apply_here(hypothesis: Hypothesis, result: dict[str, Any]) -> dict[str, Any] | None:
+def cannot_apply_here(hypothesis: Hypothesis, result: RunResult) -> JsonObject | None:
     """The limit a crash that no incumbent can fix (the device, the install) teaches, for the frame's
     limits the ranking honours; None for a crash that says nothing of the kind."""
     from ..reasoner.cannot_apply import blamed, fixed_reason
 
-    why = fixed_reason(result.get("reason"), result.get("stderr_tail")) if result["state"] == "crash" else None
+    why = fixed_reason(result.reason, result.stderr_tail) if result.state == "crash" else None
     culprit = blamed(why, hypothesis.changes) if why else None
     if culprit is None:
         return None

@@ -25,7 +25,7 @@ from typing import Any, Iterable
 from ..util.errors import JobError
 from ..kb.claims import INT_KNOBS, Claim, ConditionError, parse_condition
 from ..kb.features import NUMERIC, fingerprint
-from ..config.records import Source
+from ..config.records import Source, TrialRecord
 from ..config.knobs import CATALOG, Knobs, not_applicable, parse_knob_value
 from ..schemas import load
 from .rank import Hypothesis, key, score
@@ -113,7 +113,7 @@ SYSTEM = (
 
 
 def prompt_context(features: dict[str, Any], incumbent: Knobs, effective_batch: int,
-                   history: Iterable[dict[str, Any]], claims: Iterable[Claim], ranked: Iterable[Hypothesis],
+                   history: Iterable[TrialRecord], claims: Iterable[Claim], ranked: Iterable[Hypothesis],
                    skipped: Iterable[tuple[str, str]], measured: Iterable[str]) -> dict[str, Any]:
     """What the model is shown: numbers and names only, never the user's data rows."""
     catalog = {name: {"kind": knob.kind, "choices": list(knob.choices), "help": knob.help}
@@ -125,8 +125,8 @@ def prompt_context(features: dict[str, Any], incumbent: Knobs, effective_batch: 
     return {
         "features": features, "incumbent": incumbent.to_dict(), "effective_batch": effective_batch,
         "catalog": catalog,
-        "history": [{"trial": r["trial"], "change": r["change"], "state": r["state"], "decision": r["decision"],
-                     "ratio": r.get("ratio"), "samples_per_s": r.get("samples_per_s"), "reason": r["reason"][:160]}
+        "history": [{"trial": r.trial, "change": r.change, "state": r.state, "decision": r.decision,
+                     "ratio": r.ratio, "samples_per_s": r.samples_per_s, "reason": r.reason[:160]}
                     for r in list(history)[-HISTORY_SHOWN:]],
         "beliefs": [{"id": c.id, "claim": c.statement or c.change, "change": c.change, "direction": c.direction,
                      "ratio": round(c.expected_ratio, 3), "confidence": round(c.confidence, 3),
