@@ -110,8 +110,8 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             once = []
             for index, knobs in enumerate(grid, 1):
                 result = tuner.measure(knobs, index, "grid", ceiling=False)
-                speed = result["measurement"]["samples_per_s"] if result["state"] == "complete" else None
-                once.append({"knobs": case.held(knobs.to_dict()), "state": result["state"], "samples_per_s": speed})
+                speed = result.measured().samples_per_s if result.state == "complete" else None
+                once.append({"knobs": case.held(knobs.to_dict()), "state": result.state, "samples_per_s": speed})
             top = sorted((e for e in once if e["samples_per_s"]), key=lambda e: -e["samples_per_s"])[:3]
             chosen = {"baseline": job.start, "autotune": Knobs.from_dict({**job.start.to_dict(), **picked})}
             chosen.update({f"grid{i + 1}": Knobs.from_dict({**job.start.to_dict(), **e["knobs"]})
@@ -120,8 +120,8 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             for _ in range(rounds):
                 for label, knobs in chosen.items():
                     result = tuner.measure(knobs, 1, label)
-                    if result["state"] == "complete":
-                        runs[label].append(result["measurement"]["samples_per_s"])
+                    if result.state == "complete":
+                        runs[label].append(result.measured().samples_per_s)
         finally:
             close = getattr(executor, "close", None)
             if close is not None:

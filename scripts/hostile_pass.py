@@ -322,6 +322,31 @@ def key_cases() -> list[Case]:
                  usage=name == "no command") for name, argv in words.items()]
 
 
+# The script job's own words, added since the first rounds: a launcher, a name map, parity's strictness and
+# the script's arguments, each given what a careless or hostile user might.
+SCRIPT = ["script=plain.py", "effective_batch=4"]
+SCRIPT_WORDS = {
+    "script_launcher": ("rm -rf /", "accelerate launch --num_processes=8", "torchrun --nproc_per_node=4",
+                        "torchrun --nnodes=2", "python -c 'import os'", "accelerate", "\x1b[31mred", "'unclosed",
+                        "deepspeed", "accelerate launch --config_file /etc/passwd"),
+    "script_knobs": ("a:b:c", ":", "micro:warp_drive", "micro:", ":per_device_train_batch_size",
+                     "x:per_device_train_batch_size,x:gradient_accumulation_steps", "m" * 5000 + ":precision",
+                     "micro\x1b:precision"),
+    "strict_parity": ("maybe", "2", "", "truee"),
+    "script_args": ("'unclosed", "--config \x1b[2J", "--config " + "c" * 5000, "--config h/missing.yaml",
+                    "--config /dev/zero"),
+}
+
+
+def script_cases() -> list[Case]:
+    cases = []
+    for key, values in SCRIPT_WORDS.items():
+        for n, value in enumerate(values):
+            cases.append(Case(f"script {key}={value[:16]!r} #{n}", "script words",
+                              ["tune", "r", *SCRIPT, f"{key}={value}", GUARD], timeout=60))
+    return cases
+
+
 PLANTS: dict[str, Callable[[Path], None]] = {
     ".lock link": lambda f: _relink(f / ".lock", SANDBOX / "outside" / "precious.txt"),
     "job.json link": lambda f: _relink(f / "job.json", SANDBOX / "outside" / "precious.txt"),
@@ -403,7 +428,7 @@ def kill_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return (file_cases() + number_cases() + control_cases() + encoding_cases() + malformed_cases() + key_cases()
-            + run_folder_cases() + kill_cases())
+            + run_folder_cases() + script_cases() + kill_cases())
 
 
 # ---------------------------------------------------------------------------------------------- running

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config.types import JsonObject
 from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
@@ -51,6 +52,7 @@ def _start_fork_server() -> None:
 
     own = tempfile.mkdtemp(prefix="autotune-forkserver-")
     atexit.register(shutil.rmtree, own, True)
+    _short_socket_folder()
     saved = {name: os.environ.get(name) for name, _ in CACHE_FOLDERS}
     for name in saved:
         if not placed_by_user(name, os.environ):
@@ -63,6 +65,25 @@ def _start_fork_server() -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _short_socket_folder() -> None:
+    """multiprocessing puts the fork server's socket in its own folder under $TMPDIR; a $TMPDIR too deep
+    for AF_UNIX (a scheduler's per-job scratch path) fails there. Then that folder is made, once for this
+    process, in a short private one, removed at exit."""
+    import tempfile
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) <= TMP_PATH_MAX:
+        return
+    short = tempfile.mkdtemp(prefix=f"autotune-{os.getuid()}-", dir=short_base())
+    # After multiprocessing's own removal of its folder inside (a finalizer of priority -100).
+    util.Finalize(None, shutil.rmtree, args=(short, True), exitpriority=-101)
+    saved, tempfile.tempdir = tempfile.tempdir, short
+    try:
+        util.get_temp_dir()   # made now, under `short`, and kept by multiprocessing for this process
+    finally:
+        tempfile.tempdir = saved
 
 
 def _tail(path: Path) -> str:
@@ -137,7 +158,7 @@ class LocalExecutor:
         child.wait() if isinstance(child, subprocess.Popen) else child.join()
         return None
 
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
         result_path.unlink(missing_ok=True)

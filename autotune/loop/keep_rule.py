@@ -17,8 +17,10 @@ pairs keep anyway, and the pairs keep their whole share.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
+from ..config.measurement import Measurement
+from ..config.records import TrialRecord
 from ..probes import sequential, stats
 
 # One run says "not worth confirming" only when it is slower beyond this one-sided level: a screen
@@ -50,20 +52,19 @@ REUSE_LOOKS = 2
 REUSE_MAX = 2.0
 
 
-def groups(records: Sequence[dict[str, Any]], *current: list[dict[str, Any]], skip: int | None = None) -> list[list[float]]:
+def groups(records: Sequence[TrialRecord], *current: Sequence[Measurement], skip: int | None = None) -> list[list[float]]:
     """Samples/s of each group of runs of one config: the records' own runs (but trial `skip`'s) and
     this trial's, and the spread of past runs on this device the baseline's record brought
     (`spread_prior`, a few df)."""
-    out = [[m["samples_per_s"] for m in r.get("measurements") or ()] for r in records
-           if skip is None or r.get("trial") != skip]
-    prior = (records[0].get("spread_prior") if records else None) or {}
+    out = [[m.samples_per_s for m in r.measurements] for r in records if skip is None or r.trial != skip]
+    prior = records[0].spread_prior if records else None
     if prior:
-        out.append(sequential.prior_group(prior["sd"], prior["df"]))
-    return [g for g in out + [[m["samples_per_s"] for m in c] for c in current] if len(g) > 1]
+        out.append(sequential.prior_group(prior.sd, prior.df))
+    return [g for g in out + [[m.samples_per_s for m in c] for c in current] if len(g) > 1]
 
 
-def margin(records: Sequence[dict[str, Any]]) -> float:
-    runs = [sum(m["step_times_s"]) for m in records[0]["measurements"]] if records else []
+def margin(records: Sequence[TrialRecord]) -> float:
+    runs = [sum(m.step_times_s) for m in records[0].measurements] if records else []
     return stats.SCHED_SLICE_S / sorted(runs)[len(runs) // 2] if runs else 0.0
 
 
@@ -73,7 +74,7 @@ def looks(most: int) -> tuple[int, ...]:
     return tuple(n for n in sequential.LOOKS if n < most) + (most,)
 
 
-def reusing(records: Sequence[dict[str, Any]], most: int) -> bool:
+def reusing(records: Sequence[TrialRecord], most: int) -> bool:
     """Whether this trial's first runs are looks of their own (set from the runs before the trial): the
     gain one run could show against three of the incumbent is at most REUSE_MAX."""
     spread = sequential.pooled(groups(records))
@@ -82,12 +83,12 @@ def reusing(records: Sequence[dict[str, Any]], most: int) -> bool:
     return need <= REUSE_MAX
 
 
-def shares(records: Sequence[dict[str, Any]], most: int) -> int:
+def shares(records: Sequence[TrialRecord], most: int) -> int:
     """How many shares the false-keep rate of a trial is split into: its looks."""
     return len(looks(most)) + (REUSE_LOOKS if reusing(records, most) else 0)
 
 
-def verdict(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
+def verdict(records: Sequence[TrialRecord], incumbent: Sequence[Measurement], candidate: Sequence[Measurement],
             most: int, last: bool = False) -> stats.Comparison:
     """The sequential verdict on this trial's runs (`most`: the pairs it may take), as the loop's
     Comparison; between two looks it stays undecided. `last`: the time budget allows no more pairs,
@@ -98,7 +99,7 @@ def verdict(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], 
     share: float = shares(records, most)
     if last and len(candidate) < most:
         share = share / (len(points) - sum(n < len(candidate) for n in points))
-    v = sequential.decide([m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate],
+    v = sequential.decide([m.samples_per_s for m in incumbent], [m.samples_per_s for m in candidate],
                           spread, floor, share)
     confidence = 1 - 2 * sequential.ALPHA / share
     if not last and len(candidate) not in points and len(candidate) < most and v.verdict != "no difference":
@@ -108,7 +109,7 @@ def verdict(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], 
     return stats.Comparison(v.ratio, v.low, v.high, confidence, floor, v.verdict, v.reason)
 
 
-def detectable(records: Sequence[dict[str, Any]], most: int) -> float:
+def detectable(records: Sequence[TrialRecord], most: int) -> float:
     """The smallest gain the rule could keep with the most pairs at the spread pooled so far (and never
     under WORTH): the noise floor of this rule, below which a proposal's expected improvement is not
     worth a trial."""
@@ -117,7 +118,7 @@ def detectable(records: Sequence[dict[str, Any]], most: int) -> float:
     return max(margin(records), WORTH, math.expm1(t * spread.sd * math.sqrt(2 / most)))
 
 
-def most_pairs(records: Sequence[dict[str, Any]], least: int) -> int:
+def most_pairs(records: Sequence[TrialRecord], least: int) -> int:
     """The most pairs the next trial may take: `least`, doubled while the spread pooled so far leaves
     a GOAL-sized gain undetectable (at most DOUBLINGS times). Fixed from earlier trials' runs before
     the trial's own, so its looks and each one's share of the false-keep rate are set in advance."""
@@ -129,14 +130,14 @@ def most_pairs(records: Sequence[dict[str, Any]], least: int) -> int:
     return most
 
 
-def could_close(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
+def could_close(records: Sequence[TrialRecord], incumbent: Sequence[Measurement], candidate: Sequence[Measurement],
                 left: int, most: int) -> bool:
     """Could `left` more pairs clear the margin, were the true ratio SLACK standard errors above the one
     measured so far? Stopping early when not only ever turns a keep into a discard (no false keep is
     added); the slack keeps a real gain that started on unlucky pairs open."""
     spread = sequential.pooled(groups(records, incumbent, candidate))
-    inc = [m["samples_per_s"] for m in incumbent]
-    cand = [m["samples_per_s"] for m in candidate]
+    inc = [m.samples_per_s for m in incumbent]
+    cand = [m.samples_per_s for m in candidate]
     d = sum(math.log(v) for v in cand) / len(cand) - sum(math.log(v) for v in inc) / len(inc)
     now = spread.sd * math.sqrt(1 / len(cand) + 1 / len(inc))
     end = spread.sd * math.sqrt(1 / (len(cand) + left) + 1 / (len(inc) + left))
@@ -144,15 +145,15 @@ def could_close(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any
     return d + SLACK * now - t * end > math.log1p(max(margin(records), WORTH))
 
 
-def reuse_look(records: Sequence[dict[str, Any]], reference: list[list[float]], incumbent_trial: int | None,
-               candidate: list[dict[str, Any]], rows_per_step: int, most: int, min_gain: float = MIN_GAIN
+def reuse_look(records: Sequence[TrialRecord], reference: list[list[float]], incumbent_trial: int | None,
+               candidate: Sequence[Measurement], rows_per_step: int, most: int, min_gain: float = MIN_GAIN
                ) -> stats.Comparison:
     """After a trial's first (or second) run, against the incumbent's runs so far (`reference`, from
     trial `incumbent_trial`): "faster" when the gain clears the margin and DRIFT beyond the noise at its
     share of the false-keep rate (where `reusing` gives it one); "slower" when it is slower, or cannot
     be `min_gain` faster, beyond the noise (one-sided SCREEN_ALPHA); else "no difference"."""
     incumbent = [stats.throughput(run, rows_per_step) for run in reference]
-    mine = [stats.throughput(m["step_times_s"], rows_per_step) for m in candidate]
+    mine = [stats.throughput(m.step_times_s, rows_per_step) for m in candidate]
     spread = sequential.pooled(groups(records, skip=incumbent_trial) + [incumbent, mine])
     d = sum(math.log(v) for v in mine) / len(mine) - sum(math.log(v) for v in incumbent) / len(incumbent)
     se = spread.sd * math.sqrt(1 / len(mine) + 1 / len(incumbent))

@@ -10,7 +10,7 @@ the end the run record goes in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from ..config.job import Job
 from ..kb import Store, kb_folder
@@ -19,7 +19,7 @@ from ..kb.claims import Claim
 from ..kb.experience import Experience, new_run_id
 from ..kb.features import context, device_fingerprint, job_features, job_fingerprint, software
 from ..config.knobs import CATALOG, Knobs
-from ..config.records import UNSPLIT_SOURCES, Source, parse_change
+from ..config.records import UNSPLIT_SOURCES, Source, SpreadPrior, TrialRecord, parse_change
 from ..reasoner import Hypothesis, Observation, key, observe, outcome_of
 from ..reasoner.combine import together
 
@@ -29,17 +29,17 @@ BEST_SHARE = 0.95
 PRIOR_DF = 4
 
 
-def trials_to_best(records: list[dict[str, Any]], share: float = BEST_SHARE) -> int:
+def trials_to_best(records: Sequence[TrialRecord], share: float = BEST_SHARE) -> int:
     """The first trial after which the product of kept ratios is within `share` of the run's final
     product (0 when nothing was kept): how many trials the run needed to find its best."""
     final, product, reached = 1.0, 1.0, []
     for record in records:
-        if record["decision"] == "keep":
-            final *= record["ratio"]
+        if record.decision == "keep":
+            final *= record.ratio or 0.0
     for record in records:
-        if record["decision"] == "keep":
-            product *= record["ratio"]
-        reached.append((record["trial"], product))
+        if record.decision == "keep":
+            product *= record.ratio or 0.0
+        reached.append((record.trial, product))
     if final <= 1.0:
         return 0
     first: int = next(trial for trial, value in reached if value >= share * final)
@@ -117,7 +117,7 @@ class Memory:
                           f"({past['run_id']}, x{gain:.2f} over its baseline), a similar job on this kind of device",
                           p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source=Source.WARM_START)
 
-    def spread_prior(self) -> dict[str, Any] | None:
+    def spread_prior(self) -> SpreadPrior | None:
         """The run-to-run spread of past runs on this device (every group of runs of one config the
         knowledge base holds from other tunes), as PRIOR_DF degrees of freedom at most: enough for a
         first run to decide a large gain, too few to outweigh this tune's own runs if they differ."""
@@ -133,7 +133,7 @@ class Memory:
         if not groups:
             return None
         spread = pooled(groups)
-        return {"sd": spread.sd, "df": min(spread.df, PRIOR_DF), "runs": sum(len(g) for g in groups)}
+        return SpreadPrior(spread.sd, min(spread.df, PRIOR_DF), sum(len(g) for g in groups))
 
     # -- after a trial --------------------------------------------------------------------------
     def plan(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],
@@ -210,13 +210,13 @@ class Memory:
                                     run=self.run_id)
         return [_slim(e) for e in events]
 
-    def finish(self, records: list[dict[str, Any]], best_knobs: Knobs, best_trial: int, speedup: float,
+    def finish(self, records: Sequence[TrialRecord], best_knobs: Knobs, best_trial: int, speedup: float,
                baseline_speed: float, stop_reason: str) -> None:
         outcome = {
             "baseline": {"knobs": self.job.start.to_dict(), "samples_per_s": baseline_speed},
             "best": {"knobs": best_knobs.to_dict(), "trial": best_trial, "speedup": speedup},
-            "trials": [{"trial": r["trial"], "change": r["change"], "state": r["state"], "decision": r["decision"],
-                        "ratio": r.get("ratio")} for r in records],
+            "trials": [{"trial": r.trial, "change": r.change, "state": r.state, "decision": r.decision,
+                        "ratio": r.ratio} for r in records],
             "trials_to_best": trials_to_best(records), "stop_reason": stop_reason,
         }
         self.experience.record_run(self.run_id, self.identity, self.job.to_dict(), self.base_features,

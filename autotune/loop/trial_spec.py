@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config.job import Job
+from ..config.types import JsonObject
 from ..workloads.jobs import kind_of
 from ..workloads.spec import SpecInputs
 from ..config.knobs import Knobs
@@ -64,7 +65,7 @@ class Specs:
     inject: Mapping[int, str] = field(default_factory=dict)
 
     def spec(self, kind: str, knobs: Knobs, trial: int, peaks: Mapping[str, Any], ceiling: bool = False,
-             peak_cache: dict[str, Any] | None = None, workdir: Path | None = None) -> dict[str, Any]:
+             peak_cache: JsonObject | None = None, workdir: Path | None = None) -> JsonObject:
         """The spec of one run of `knobs` (a "frame" or a "trial"): the one place a spec is built
         (messages.TrialSpec is its form; the executor checks it as it writes it). The fields every
         runner reads are made here, the rest by the job's kind (`Kind.spec_fields`).

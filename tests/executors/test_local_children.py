@@ -105,10 +105,12 @@ def test_a_trial_ends_every_process_its_script_started_and_its_temporary_files(t
 def test_the_command_piped_to_a_reader_reaches_the_end_with_nothing_left(tmp_path, request):
     folder, pids, _ = project(tmp_path)
     command = Path(sys.executable).with_name("autotune")
-    # A short $TMPDIR, as a user's is: under pytest-xdist tmp_path is deep enough that the fork server's
-    # socket in it would pass AF_UNIX's 107 bytes before autotune did anything.
-    user_tmp = Path(tempfile.mkdtemp(prefix="at-user-", dir="/tmp"))
-    request.addfinalizer(lambda: shutil.rmtree(user_tmp, ignore_errors=True))
+    # A $TMPDIR too deep for AF_UNIX sockets (a scheduler's per-job scratch folder): the fork server's
+    # socket, and the trials' temporary files, go to short private folders instead, removed at the end.
+    top = Path(tempfile.mkdtemp(prefix="at-user-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    user_tmp = top / ("scratch-" * 12)
+    user_tmp.mkdir()
     started = time.monotonic()
     # stdout is a pipe read to its end, as `| tee log` reads it: any process left holding it would hang here.
     done = subprocess.run([str(command), "tune", "c", "script=train.py", "max_len=8", "smoke", "max_trials=1", "fresh"],

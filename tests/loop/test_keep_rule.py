@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+from autotune.config.measurement import Measurement
+from autotune.config.records import TrialRecord
 from autotune.loop import keep_rule
 
 
-def run(speed: float) -> dict:
-    return {"samples_per_s": speed, "step_times_s": [4 / speed] * 4}
+def run(speed: float) -> Measurement:
+    return Measurement(speed, (4 / speed,) * 4)
+
+
+def rec(runs: list[Measurement], trial: int = -1, **stored: object) -> TrialRecord:
+    """A trial's record holding `runs` (and what else a test stores in it), as the loop reads it."""
+    return TrialRecord.from_dict({"trial": trial, "measurements": [m.to_dict() for m in runs], **stored})
 
 
 def test_the_spread_pools_the_baseline_and_every_trials_groups():
-    records = [{"measurements": [run(10.0), run(10.4), run(9.6)]}, {"measurements": [run(20.0)]}]
+    records = [rec([run(10.0), run(10.4), run(9.6)]), rec([run(20.0)])]
     groups = keep_rule.groups(records, [run(10.0), run(10.1)], [run(12.0), run(12.1)])
     assert len(groups) == 3 and groups[0] == [10.0, 10.4, 9.6]
 
 
 def test_a_look_the_budget_makes_the_last_spends_the_false_keep_rate_left():
-    records = [{"measurements": [run(10.0), run(10.3), run(9.7)]}]
+    records = [rec([run(10.0), run(10.3), run(9.7)])]
     incumbent, candidate = [run(10.0), run(10.2)], [run(11.6), run(11.4)]
     open_ended = keep_rule.verdict(records, incumbent, candidate, 16)
     last = keep_rule.verdict(records, incumbent, candidate, 16, last=True)
@@ -26,8 +33,8 @@ def test_a_look_the_budget_makes_the_last_spends_the_false_keep_rate_left():
 
 
 def test_a_noisy_machine_gets_more_pairs_and_a_quiet_one_keeps_the_budgets():
-    quiet = [{"measurements": [run(10.0), run(10.1), run(9.9), run(10.05)]}]
-    noisy = [{"measurements": [run(10.0), run(11.5), run(8.7), run(10.9), run(9.1)]}]
+    quiet = [rec([run(10.0), run(10.1), run(9.9), run(10.05)])]
+    noisy = [rec([run(10.0), run(11.5), run(8.7), run(10.9), run(9.1)])]
     assert keep_rule.most_pairs(quiet, 16) == 16
     most = keep_rule.most_pairs(noisy, 16)
     assert most > 16
@@ -38,22 +45,22 @@ def test_a_noisy_machine_gets_more_pairs_and_a_quiet_one_keeps_the_budgets():
 def test_a_real_gain_that_starts_on_two_unlucky_pairs_gets_more_pairs():
     # A 12% machine: a 10% gain measured x0.93 on its first two pairs is still within reach of the
     # pairs left, and is given them; one measured x0.5 is not worth them.
-    noisy = [{"measurements": [run(10.0), run(11.5), run(8.7), run(10.9), run(9.1)]}]
+    noisy = [rec([run(10.0), run(11.5), run(8.7), run(10.9), run(9.1)])]
     incumbent = [run(10.0), run(10.6)]
     unlucky = [run(9.3), run(9.9)]
     assert keep_rule.could_close(noisy, incumbent, unlucky, 62, 64)
     assert not keep_rule.could_close(noisy, incumbent, [run(5.0), run(5.2)], 62, 64)
 
 
-def _quiet(spread: float) -> list[dict]:
-    return [{"trial": 0, "measurements": [run(10.0 * (1 + spread * k)) for k in (-1, 0, 1)]}]
+def _quiet(spread: float, **stored: object) -> list[TrialRecord]:
+    return [rec([run(10.0 * (1 + spread * k)) for k in (-1, 0, 1)], 0, **stored)]
 
 
 def test_one_run_keeps_a_gain_far_beyond_the_spread_and_not_a_modest_one():
     # A GPU-like spread (0.5%): x2 after one run is kept against the incumbent's three runs; x1.03 is
     # left to the pairs, and x0.99 cannot reach min_gain: discarded on that one run.
     records = _quiet(0.005)
-    reference = [m["step_times_s"] for m in records[0]["measurements"]]
+    reference = [list(m.step_times_s) for m in records[0].measurements]
     assert keep_rule.reusing(records, 16)
     assert keep_rule.reuse_look(records, reference, 0, [run(20.0)], 1, 16).verdict == "faster"
     assert keep_rule.reuse_look(records, reference, 0, [run(10.3)], 1, 16).verdict == "no difference"
@@ -66,14 +73,14 @@ def test_one_run_keeps_a_gain_far_beyond_the_spread_and_not_a_modest_one():
 def test_a_noisy_machine_gives_the_first_runs_no_share_so_the_pairs_keep_theirs():
     quiet, noisy = _quiet(0.005), _quiet(0.12)
     assert keep_rule.shares(quiet, 16) == keep_rule.shares(noisy, 16) + keep_rule.REUSE_LOOKS
-    reference = [m["step_times_s"] for m in noisy[0]["measurements"]]
+    reference = [list(m.step_times_s) for m in noisy[0].measurements]
     assert keep_rule.reuse_look(noisy, reference, 0, [run(20.0)], 1, 16).verdict == "no difference"
 
 
 def test_the_incumbents_reused_runs_are_one_group_of_the_spread_counted_once():
     # The incumbent's record and its later runs are one group: its record is not counted again.
-    records = _quiet(0.005) + [{"trial": 1, "measurements": [run(12.0), run(12.1)]}]
-    reference = [m["step_times_s"] for m in records[0]["measurements"]] + [run(10.02)["step_times_s"]]
+    records = _quiet(0.005) + [rec([run(12.0), run(12.1)], 1)]
+    reference = [list(m.step_times_s) for m in records[0].measurements] + [list(run(10.02).step_times_s)]
     look = keep_rule.reuse_look(records, reference, 0, [run(20.0)], 1, 16)
     assert "over 4 df" in look.reason  # 3 of the incumbent's 4 runs and 1 of trial 1's 2
 
@@ -81,7 +88,7 @@ def test_the_incumbents_reused_runs_are_one_group_of_the_spread_counted_once():
 def test_a_spread_learnt_on_this_device_adds_a_few_df_and_is_kept_with_the_baseline():
     records = _quiet(0.005)
     alone = keep_rule.sequential.pooled(keep_rule.groups(records))
-    records[0]["spread_prior"] = {"sd": 0.005, "df": 4, "runs": 8}
+    records = _quiet(0.005, spread_prior={"sd": 0.005, "df": 4, "runs": 8})
     helped = keep_rule.sequential.pooled(keep_rule.groups(records))
     assert helped.df == alone.df + 4 and abs(helped.sd - 0.005) < 0.001
     # Skipping the incumbent's own record (its runs are passed as one group) keeps the prior.

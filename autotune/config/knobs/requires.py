@@ -7,11 +7,10 @@ compile, cpu_count, capability, the optional packages).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
+from ..types import Device
 from .values import HUB_FLASH, is_flash
-
-Device = Mapping[str, Any]
 
 # The package each optional kernel comes from, as `pip install` names it (all in the [gpu] extra).
 PACKAGES = {"liger": "liger-kernel", "bitsandbytes": "bitsandbytes", "torchao": "torchao"}

@@ -9,65 +9,66 @@ that must clear the baseline's A/A floor).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 from . import keep_rule
+from ..config.job import Job
 from ..config.knobs import CATALOG, NUMERICS, Knobs, numerics_changes
+from ..config.measurement import Measurement, Parity
+from ..config.records import TrialRecord
 from .outcome import Incumbent
 from ..probes import parity, row_parity, stats
 from .trial_spec import StepBudget
 
 
-def interleaved(steps: StepBudget, records: Sequence[dict[str, Any]], incumbent_runs: list[dict[str, Any]],
-                candidate_runs: list[dict[str, Any]], batch: int, floor: float, last: bool) -> stats.Comparison:
+def interleaved(steps: StepBudget, records: Sequence[TrialRecord], incumbent_runs: Sequence[Measurement],
+                candidate_runs: Sequence[Measurement], batch: int, floor: float, last: bool) -> stats.Comparison:
     """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
     would turn the machine's drift into a gain). `last`: the time budget allows no further pair."""
     if steps.keep_rule == "sequential":
         # The look after which the time budget allows no further pair spends the looks left.
-        return keep_rule.verdict(records, [r["measurement"] for r in incumbent_runs],
-                                 [r["measurement"] for r in candidate_runs], most_pairs(steps, records), last=last)
-    return stats.compare([r["measurement"]["step_times_s"] for r in incumbent_runs],
-                         [r["measurement"]["step_times_s"] for r in candidate_runs], batch, floor)
+        return keep_rule.verdict(records, incumbent_runs, candidate_runs, most_pairs(steps, records), last=last)
+    return stats.compare([list(m.step_times_s) for m in incumbent_runs],
+                         [list(m.step_times_s) for m in candidate_runs], batch, floor)
 
 
-def stop_floor(steps: StepBudget, records: Sequence[dict[str, Any]], floor: float) -> float:
+def stop_floor(steps: StepBudget, records: Sequence[TrialRecord], floor: float) -> float:
     """The smallest gain the keep rule can show: a proposal expected to gain less is not tried."""
     if steps.keep_rule == "sequential":
         return keep_rule.detectable(records, most_pairs(steps, records))
     return floor
 
 
-def most_pairs(steps: StepBudget, records: Sequence[dict[str, Any]]) -> int:
+def most_pairs(steps: StepBudget, records: Sequence[TrialRecord]) -> int:
     """The most interleaved pairs a trial may take: the step budget's, more on a noisy machine under
     the sequential rule (keep_rule.most_pairs), where sixteen pairs cannot show a 5% gain."""
     least = 2 + steps.extra_pairs
     return keep_rule.most_pairs(records, least) if steps.keep_rule == "sequential" else least
 
 
-def could_close(steps: StepBudget, records: Sequence[dict[str, Any]], verdict: stats.Comparison,
-                fresh: list[dict[str, Any]], results: list[dict[str, Any]], left: int) -> bool:
+def could_close(steps: StepBudget, records: Sequence[TrialRecord], verdict: stats.Comparison,
+                fresh: Sequence[Measurement], results: Sequence[Measurement], left: int) -> bool:
     """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
     if steps.keep_rule == "sequential":
-        return keep_rule.could_close(records, [r["measurement"] for r in fresh],
-                                     [r["measurement"] for r in results], left, most_pairs(steps, records))
+        return keep_rule.could_close(records, fresh, results, left, most_pairs(steps, records))
     runs = min(len(results), len(fresh))
     narrowed = math.sqrt(runs / (runs + left))
     return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor
 
 
-def screen(steps: StepBudget, records: Sequence[dict[str, Any]], reference: list[list[float]],
-           measurement: dict[str, Any], batch: int, floor: float, incumbent_trial: int | None = None,
+def screen(steps: StepBudget, records: Sequence[TrialRecord], reference: list[list[float]],
+           measurement: Measurement, batch: int, floor: float, incumbent_trial: int | None = None,
            min_gain: float = keep_rule.MIN_GAIN) -> stats.Comparison:
     """One candidate run against the incumbent's runs on its card (from trial `incumbent_trial`): under
     the sequential rule a look of its own, which may keep a gain far beyond the noise (keep_rule.first_look)."""
     if steps.keep_rule == "sequential":
         return keep_rule.reuse_look(records, reference, incumbent_trial, [measurement], batch,
                                     most_pairs(steps, records), min_gain)
-    return stats.compare(reference, [measurement["step_times_s"]], batch, floor)
+    return stats.compare(reference, [list(measurement.step_times_s)], batch, floor)
 
 
-def second_look(steps: StepBudget, records: Sequence[dict[str, Any]], reference: list[list[float]],
-                candidate: list[dict[str, Any]], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
+def second_look(steps: StepBudget, records: Sequence[TrialRecord], reference: list[list[float]],
+                candidate: Sequence[Measurement], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
     """The sequential rule's look after a trial's second run, against the incumbent's runs so far
     (None under the floor rule, or where the spread so far leaves this look no share)."""
     if steps.keep_rule != "sequential" or not reference:
@@ -90,54 +91,55 @@ def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
     return verdict.ratio <= 1 or verdict.verdict == "slower"
 
 
-def fits(measurement: dict[str, Any]) -> str:
+def fits(measurement: Measurement) -> str:
     """A kept change's note on its worst-case batch, where its first run measured one."""
-    ceiling = measurement.get("ceiling")
+    ceiling = measurement.ceiling
     if not ceiling:
         # A script whose batches never reached its model at max_len: said, not passed over in silence.
-        unchecked = measurement.get("ceiling_unchecked")
+        unchecked = measurement.ceiling_unchecked
         return f"; worst-case batch not checked: {unchecked}" if unchecked else ""
-    return f"; worst-case batch fits ({ceiling['bytes'] / 2**30:.2f} of {ceiling['limit_bytes'] / 2**30:.2f} GiB)"
+    return f"; worst-case batch fits ({ceiling.bytes / 2**30:.2f} of {ceiling.limit_bytes / 2**30:.2f} GiB)"
 
 
-def min_gain(job: Any) -> float:
+def min_gain(job: Job) -> float:
     """The gain worth a trial's device time (the job's `min_gain`): one that cannot reach it stops being measured."""
     return getattr(job, "min_gain", keep_rule.MIN_GAIN)
 
 
-def parity_check(base: dict[str, Any], measurement: dict[str, Any], incumbent: Incumbent, knobs: Knobs,
-                 start: Knobs, records: Sequence[dict[str, Any]], strict: bool = False) -> dict[str, Any]:
+def parity_check(base: Measurement, measurement: Measurement, incumbent: Incumbent, knobs: Knobs,
+                 start: Knobs, records: Sequence[TrialRecord], strict: bool = False) -> Parity:
     """Per-row losses against the baseline's; a change the user allowed to alter what is trained (an
     image resolution cap) is exempt, and once one is kept, later changes are held to its losses. A script's
     rows are matched by content (probes/row_parity.py); `strict`: another weighting is refused too."""
-    if base.get("parity_losses") is None or measurement.get("parity_losses") is None:
-        return {"ok": True, "checked": False, "worst": None, "tolerance": None,
-                "reason": measurement.get("parity_note") or base.get("parity_note")
-                or "parity not checked: the script's per-row losses are out of reach"}
+    if base.parity_losses is None or measurement.parity_losses is None:
+        return Parity.from_dict({"ok": True, "checked": False, "worst": None, "tolerance": None,
+                                 "reason": measurement.parity_note or base.parity_note
+                                 or "parity not checked: the script's per-row losses are out of reach"})
     retrained = [name for name in knobs.diff(incumbent.knobs) if CATALOG[name].changes_training]
     if retrained:
-        return {"ok": True, "checked": False, "worst": None, "tolerance": None,
-                "reason": f"parity not required: you allowed {', '.join(retrained)} to change what is "
-                          "trained, so its losses differ by design"}
+        return Parity.from_dict({"ok": True, "checked": False, "worst": None, "tolerance": None,
+                                 "reason": f"parity not required: you allowed {', '.join(retrained)} to change "
+                                           "what is trained, so its losses differ by design"})
     reference, reference_knobs = base, start
     if any(CATALOG[name].changes_training for name in incumbent.knobs.diff(start)):
-        kept = next(r for r in reversed(records) if r["trial"] == incumbent.trial)
-        reference, reference_knobs = kept["measurements"][-1], incumbent.knobs
+        kept = next(r for r in reversed(records) if r.trial == incumbent.trial)
+        reference, reference_knobs = kept.measurements[-1], incumbent.knobs
     tolerance = parity.tolerance(reference_knobs.precision, knobs.precision)
     # A numerics-changing setting the user allowed is held to its own, looser tolerance, stated with its
     # reason; only one the reference's losses were made without: a QLoRA start keeps precision's tolerance.
     already = set(numerics_changes(reference_knobs))
     looser = [(NUMERICS[change], change) for change in numerics_changes(knobs) if change not in already]
     tol = max([tolerance] + [tol for (tol, _), _ in looser])
-    if reference.get("parity_rows") and measurement.get("parity_rows"):
+    if reference.parity_rows and measurement.parity_rows:
         # The reference's repeated runs (the baseline's, where it is the reference) give the statistical
         # check its spread when the script draws other rows.
-        runs = records[0]["measurements"][1:] if reference is base and records else []
-        baselines = [reference["parity_rows"]] + [m["parity_rows"] for m in runs if m.get("parity_rows")]
-        result = row_parity.compare(baselines, measurement["parity_rows"], tol, strict)
+        runs = records[0].measurements[1:] if reference is base and records else ()
+        baselines = [reference.parity_rows] + [m.parity_rows for m in runs if m.parity_rows]
+        result = Parity.from_dict(row_parity.compare(baselines, measurement.parity_rows, tol, strict))
     else:
-        result = parity.compare(reference["parity_losses"], measurement["parity_losses"], tol)
+        assert reference.parity_losses is not None  # the reference of a check is a run that read its losses
+        result = Parity.from_dict(parity.compare(reference.parity_losses, measurement.parity_losses, tol))
     if looser:
-        result["reason"] += "; " + "; ".join(f"{name}={value}: tolerance {tol:.0e}, as {why}"
-                                             for (tol, why), (name, value) in looser)
+        result = result.noted("; " + "; ".join(f"{name}={value}: tolerance {tol:.0e}, as {why}"
+                                               for (tol, why), (name, value) in looser))
     return result
