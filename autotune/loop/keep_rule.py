@@ -17,7 +17,8 @@ pairs keep anyway, and the pairs keep their whole share.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Protocol, Sequence
 
 from ..config.measurement import Measurement
 from ..config.records import TrialRecord
@@ -179,3 +180,91 @@ def reuse_look(records: Sequence[TrialRecord], reference: list[list[float]], inc
                                 "more runs")
     return stats.Comparison(math.exp(d), low, high, 1 - 2 * SCREEN_ALPHA, floor, "no difference",
                             f"{shown}: worth confirming")
+
+
+class KeepRule(Protocol):
+    """How a trial's runs decide keep or discard: what judge.py asks of a rule. `most` is the most pairs
+    the trial may take (`most_pairs`, fixed before its runs); `floor` the baseline's A/A noise floor."""
+
+    @property
+    def looks_at_second_run(self) -> bool:
+        """Whether a trial's second run is a look of its own, taken before the incumbent's paired runs."""
+
+    def most_pairs(self, records: Sequence[TrialRecord], least: int) -> int:
+        """The most interleaved pairs the next trial may take, `least` the step budget's."""
+
+    def smallest_gain(self, records: Sequence[TrialRecord], most: int, floor: float) -> float:
+        """The smallest gain the rule can show: a proposal expected to gain less is not tried."""
+
+    def screen(self, records: Sequence[TrialRecord], reference: list[list[float]], measurement: Measurement,
+               rows_per_step: int, floor: float, incumbent_trial: int | None, most: int,
+               min_gain: float) -> stats.Comparison:
+        """One candidate run against the incumbent's runs on its card (`reference`, step times)."""
+
+    def second_look(self, records: Sequence[TrialRecord], reference: list[list[float]],
+                    candidate: Sequence[Measurement], rows_per_step: int, incumbent_trial: int, most: int,
+                    min_gain: float) -> stats.Comparison | None:
+        """The look after the second run, or None where the rule takes none."""
+
+    def kept_on_one_run(self, verdict: stats.Comparison) -> bool:
+        """Whether the screen's verdict keeps the change without pairs."""
+
+    def screened_out(self, verdict: stats.Comparison) -> bool:
+        """Whether the screen's verdict says the change is not worth confirming."""
+
+    def compare(self, records: Sequence[TrialRecord], incumbent: Sequence[Measurement],
+                candidate: Sequence[Measurement], rows_per_step: int, floor: float, most: int,
+                last: bool) -> stats.Comparison:
+        """The verdict on the trial's interleaved runs; `last`: the time budget allows no further pair."""
+
+    def could_close(self, records: Sequence[TrialRecord], verdict: stats.Comparison,
+                    incumbent: Sequence[Measurement], candidate: Sequence[Measurement], left: int,
+                    most: int) -> bool:
+        """Whether `left` more pairs could decide what the pairs so far leave open."""
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """The loop's keep rule (this module): a run-level test on the spread pooled from the tune's runs,
+    looked at after the first and second runs and at doubling pair counts."""
+
+    looks_at_second_run: bool = True
+
+    def most_pairs(self, records: Sequence[TrialRecord], least: int) -> int:
+        return most_pairs(records, least)
+
+    def smallest_gain(self, records: Sequence[TrialRecord], most: int, floor: float) -> float:
+        return detectable(records, most)
+
+    def screen(self, records: Sequence[TrialRecord], reference: list[list[float]], measurement: Measurement,
+               rows_per_step: int, floor: float, incumbent_trial: int | None, most: int,
+               min_gain: float) -> stats.Comparison:
+        # A look of its own, which may keep a gain far beyond the noise.
+        return reuse_look(records, reference, incumbent_trial, [measurement], rows_per_step, most, min_gain)
+
+    def second_look(self, records: Sequence[TrialRecord], reference: list[list[float]],
+                    candidate: Sequence[Measurement], rows_per_step: int, incumbent_trial: int, most: int,
+                    min_gain: float) -> stats.Comparison | None:
+        if not reusing(records, most):
+            return None  # the spread so far leaves this look no share
+        return reuse_look(records, reference, incumbent_trial, candidate, rows_per_step, most, min_gain)
+
+    def kept_on_one_run(self, verdict: stats.Comparison) -> bool:
+        return verdict.verdict == "faster"
+
+    def screened_out(self, verdict: stats.Comparison) -> bool:
+        return verdict.verdict == "slower"
+
+    def compare(self, records: Sequence[TrialRecord], incumbent: Sequence[Measurement],
+                candidate: Sequence[Measurement], rows_per_step: int, floor: float, most: int,
+                last: bool) -> stats.Comparison:
+        # The look after which the time budget allows no further pair spends the looks left.
+        return verdict(records, incumbent, candidate, most, last=last)
+
+    def could_close(self, records: Sequence[TrialRecord], verdict: stats.Comparison,
+                    incumbent: Sequence[Measurement], candidate: Sequence[Measurement], left: int,
+                    most: int) -> bool:
+        return could_close(records, incumbent, candidate, left, most)
+
+
+SEQUENTIAL = Sequential()

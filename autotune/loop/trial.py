@@ -78,7 +78,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
             return finish("discard", f"not faster after one run: {verdict.reason}")
         if kept:
             return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}")
-    if not fresh and steps.keep_rule == "sequential":
+    if not fresh and steps.keep_rule.looks_at_second_run:
         # The second run first: against the incumbent's runs so far it may decide (keep_rule.reuse_look).
         results.append(meter.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
         look = second_look(steps, records, job, results, reference, incumbent)

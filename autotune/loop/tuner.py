@@ -144,8 +144,8 @@ class Tuner:
 
     def baseline(self) -> tuple[Incumbent, Measurement, float]:
         past = self.memory.replay(self.job.start, self.job.start)
-        if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
-            return self._replayed_baseline(TrialRecord.from_dict(past), past["experiment"])
+        if past is not None and past.state == "complete" and len(past.measurements) >= 2:
+            return self._replayed_baseline(past, str(past["experiment"]))
         # Where the knowledge base holds this device's run-to-run spread, one repeat less: the spread is
         # not the baseline's alone (learn.spread_prior). The first repeat also runs the worst-case batch.
         prior = self.memory.spread_prior()

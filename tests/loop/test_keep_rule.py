@@ -110,3 +110,31 @@ def test_a_second_tune_on_this_device_starts_from_the_first_ones_spread(tmp_path
     second = Tuner(tiny_job(max_trials=2, run="b", kb=kb, seed="1"), TableExecutor(factors), tmp_path).run()
     prior = second.records[0]["spread_prior"]
     assert 0 < prior["df"] <= PRIOR_DF and prior["runs"] >= 3 and prior["sd"] > 0
+
+
+def test_the_loop_decides_by_the_keep_rule_its_step_budget_names(tmp_path):
+    import dataclasses
+
+    from conftest import tiny_job
+    from tests.loop.test_tuner import TableExecutor
+
+    from autotune.loop.tuner import Tuner
+    from bench.floor_rule import FloorRule
+
+    class ScreensAllOut(FloorRule):
+        """The floor rule, but no one run is ever worth confirming."""
+
+        def screened_out(self, verdict):
+            return True
+
+    outcomes = {}
+    for name, rule in (("floor", FloorRule()), ("screens", ScreensAllOut())):
+        # fresh: the second tune measures again rather than replaying the first one's trial
+        tuner = Tuner(tiny_job(max_trials=1, run=name), TableExecutor({("padding", "padding_free"): 2.0}), tmp_path,
+                      fresh=True)
+        tuner.steps = dataclasses.replace(tuner.steps, keep_rule=rule, extra_pairs=2)
+        outcomes[name] = tuner.run().records[1]
+    assert outcomes["floor"]["decision"] == "keep"   # twice as fast: the floor rule keeps it on its pairs
+    screened = outcomes["screens"]
+    assert screened["decision"] == "discard" and screened["reason"].startswith("not faster after one run")
+    assert len(screened["measurements"]) == 1
