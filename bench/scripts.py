@@ -92,15 +92,18 @@ def tune(case: Case, work: Path, budget: str) -> dict[str, Any]:
 
 def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict[str, Any]:
     """The grid measured once, then the baseline, the grid's top 3 and autotune's pick interleaved."""
+    from autotune import job_from_words
     from autotune.config.knobs import Knobs
     from autotune.executors import LocalExecutor
     from autotune.loop.tuner import Tuner
-    from autotune.workloads.jobs import job_from_words
 
     from .workloads import configs
 
     with chdir(work):
-        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", f"kb={work / 'kb-grid'}"])
+        # Read as `tune` reads it, its parse and probe runs included (TRL's defaults, a name a probe confirms),
+        # so the grid starts where the tune did and sets what the tune can set.
+        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", f"kb={work / 'kb-grid'}"],
+                                runs_dir=work / "probe-runs")
         executor = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""})
         try:
             tuner = Tuner(job, executor, work / "runs")
@@ -119,11 +122,14 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             chosen.update({f"grid{i + 1}": Knobs.from_dict({**job.start.to_dict(), **e["knobs"]})
                            for i, e in enumerate(top)})
             runs: dict[str, list[float]] = {label: [] for label in chosen}
+            failed: dict[str, list[str]] = {}
             for _ in range(rounds):
                 for label, knobs in chosen.items():
                     result = tuner.measure(knobs, 1, label)
                     if result.state == "complete":
                         runs[label].append(result.measured().samples_per_s)
+                    else:
+                        failed.setdefault(label, []).append(f"{result.state}: {result.reason}"[:200])
         finally:
             close = getattr(executor, "close", None)
             if close is not None:
@@ -131,7 +137,7 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
     median = {label: statistics.median(v) for label, v in runs.items() if v}
     base = median["baseline"]
     hand = max((label for label in median if label.startswith("grid")), key=lambda label: median[label])
-    return {"grid": once, "runs": runs, "hand_knobs": case.held(chosen[hand].to_dict()),
+    return {"grid": once, "runs": runs, "failed_runs": failed, "hand_knobs": case.held(chosen[hand].to_dict()),
             "autotune_gain": median.get("autotune", 0.0) / base, "hand_gain": median[hand] / base}
 
 
