@@ -12,6 +12,11 @@ margin), and discard one that is slower, or cannot be `min_gain` faster, beyond 
 two shares of the false-keep rate from the pair looks, and only where the spread pooled before the
 trial lets them keep a gain of at most REUSE_MAX: on a noisy machine they could keep only what the
 pairs keep anyway, and the pairs keep their whole share.
+
+The pair looks count the incumbent's earlier runs too (`incumbent_side`), while a drift check holds:
+this trial's incumbent runs agree with them within the noise (two-sided DRIFT_ALPHA). Sixteen earlier
+runs beside two fresh ones halve a look's standard error on the incumbent's side, so a noisy machine
+decides in fewer pairs; where the machine drifted, the look falls back to this trial's runs alone.
 """
 
 from __future__ import annotations
@@ -48,6 +53,9 @@ MIN_GAIN = 0.03
 # spent only where the spread pooled before the trial lets them keep a gain of at most REUSE_MAX.
 REUSE_LOOKS = 2
 REUSE_MAX = 2.0
+# The drift check before a pair look counts the incumbent's earlier runs: two-sided, so a trial whose
+# incumbent runs moved either way beyond this level is judged on its own runs only. Larger is stricter.
+DRIFT_ALPHA = 0.10
 
 
 def groups(records: Sequence[dict[str, Any]], *current: list[dict[str, Any]], skip: int | None = None) -> list[list[float]]:
@@ -87,19 +95,40 @@ def shares(records: Sequence[dict[str, Any]], most: int) -> int:
     return len(looks(most)) + (REUSE_LOOKS if reusing(records, most) else 0)
 
 
+def incumbent_side(records: Sequence[dict[str, Any]], earlier: Sequence[float], incumbent: list[dict[str, Any]],
+                   candidate: list[dict[str, Any]], skip: int | None) -> tuple[list[float], list[list[float]]]:
+    """The incumbent's samples/s a pair look compares with, and the groups its spread pools: the earlier
+    runs (`earlier`, of trial `skip` and the trials since) and this trial's, while they agree within the
+    noise; else this trial's alone. The spread keeps them two groups: pooled as one, it would be small
+    exactly when the check passes (runs that agree), and a look taken on it would keep more than its share."""
+    fresh, mine = [m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate]
+    alone = groups(records, incumbent, candidate)
+    if not earlier or not fresh:
+        return fresh, alone
+    split_groups = [g for g in groups(records, skip=skip) + [list(earlier), fresh, mine] if len(g) > 1]
+    split = sequential.pooled(split_groups)
+    d = sum(math.log(v) for v in fresh) / len(fresh) - sum(math.log(v) for v in earlier) / len(earlier)
+    se = split.sd * math.sqrt(1 / len(fresh) + 1 / len(earlier))
+    if abs(d) > sequential.t_quantile(1 - DRIFT_ALPHA / 2, split.df) * se:
+        return fresh, alone
+    return list(earlier) + fresh, split_groups
+
+
 def verdict(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
-            most: int, last: bool = False) -> stats.Comparison:
+            most: int, last: bool = False, earlier: Sequence[float] = (), skip: int | None = None) -> stats.Comparison:
     """The sequential verdict on this trial's runs (`most`: the pairs it may take), as the loop's
     Comparison; between two looks it stays undecided. `last`: the time budget allows no more pairs,
-    so this look spends what the looks not taken would have (the budget, not the data, ends it)."""
-    spread = sequential.pooled(groups(records, incumbent, candidate))
+    so this look spends what the looks not taken would have (the budget, not the data, ends it).
+    `earlier`: the incumbent's samples/s before this trial (from trial `skip` on), counted while the
+    drift check holds (`incumbent_side`)."""
+    inc, pooled_groups = incumbent_side(records, earlier, incumbent, candidate, skip)
+    spread = sequential.pooled(pooled_groups)
     floor = margin(records)
     points = looks(most)
     share: float = shares(records, most)
     if last and len(candidate) < most:
         share = share / (len(points) - sum(n < len(candidate) for n in points))
-    v = sequential.decide([m["samples_per_s"] for m in incumbent], [m["samples_per_s"] for m in candidate],
-                          spread, floor, share)
+    v = sequential.decide(inc, [m["samples_per_s"] for m in candidate], spread, floor, share)
     confidence = 1 - 2 * sequential.ALPHA / share
     if not last and len(candidate) not in points and len(candidate) < most and v.verdict != "no difference":
         nxt = min(n for n in points if n > len(candidate))
@@ -130,12 +159,12 @@ def most_pairs(records: Sequence[dict[str, Any]], least: int) -> int:
 
 
 def could_close(records: Sequence[dict[str, Any]], incumbent: list[dict[str, Any]], candidate: list[dict[str, Any]],
-                left: int, most: int) -> bool:
+                left: int, most: int, earlier: Sequence[float] = (), skip: int | None = None) -> bool:
     """Could `left` more pairs clear the margin, were the true ratio SLACK standard errors above the one
     measured so far? Stopping early when not only ever turns a keep into a discard (no false keep is
-    added); the slack keeps a real gain that started on unlucky pairs open."""
-    spread = sequential.pooled(groups(records, incumbent, candidate))
-    inc = [m["samples_per_s"] for m in incumbent]
+    added); the slack keeps a real gain that started on unlucky pairs open. `earlier`, `skip`: as `verdict`."""
+    inc, pooled_groups = incumbent_side(records, earlier, incumbent, candidate, skip)
+    spread = sequential.pooled(pooled_groups)
     cand = [m["samples_per_s"] for m in candidate]
     d = sum(math.log(v) for v in cand) / len(cand) - sum(math.log(v) for v in inc) / len(inc)
     now = spread.sd * math.sqrt(1 / len(cand) + 1 / len(inc))

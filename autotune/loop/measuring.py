@@ -70,18 +70,20 @@ class Meter:
 
 def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[dict[str, Any]], trial: int, hypothesis: Hypothesis,
                incumbent: Incumbent, knobs: Knobs, results: list[dict[str, Any]], fresh: list[dict[str, Any]],
-               floor: float, verdict: stats.Comparison) -> stats.Comparison:
+               floor: float, verdict: stats.Comparison, earlier: Sequence[float] = ()) -> stats.Comparison:
     """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
     could close it (`verdict.could_close`). A change that looks like noise costs no more runs, and at
     most `extra_pairs` (more on a noisy machine: `verdict.most_pairs`); the sequential rule decides only at its looks, each at its share of the
     false-keep rate, so waiting for a lucky draw cannot turn noise into a gain (`python -m
-    bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules)."""
+    bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules).
+    `earlier`: the incumbent's samples/s before this trial, which the sequential looks count while they
+    agree with this trial's incumbent runs (keep_rule.incumbent_side)."""
     added = 0
     extra = decide.most_pairs(steps, records) - 2  # set from earlier trials, before this one's runs
     # With a time budget, extra pairs take at most a quarter of the time left: room for four times
     # the extra runs so far and the next pair (one trial must not spend what the others need).
     while verdict.verdict == "no difference" and added < extra and meter.room_for(8 * (added + 1)):
-        if not decide.could_close(steps, records, verdict, fresh, results, extra - added):
+        if not decide.could_close(steps, records, verdict, fresh, results, extra - added, earlier, incumbent.trial):
             break  # even the most pairs allowed would leave the interval inside the floor
         added += 1
         total = 2 + added
@@ -95,15 +97,17 @@ def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[dict[str, Any]
         results.append(candidate)
         fresh.append(again)
         incumbent.add(again["measurement"])
-        verdict = interleaved(meter, steps, records, fresh, results, floor)
+        verdict = interleaved(meter, steps, records, fresh, results, floor, earlier, incumbent.trial)
     return verdict
 
 
 def interleaved(meter: Meter, steps: StepBudget, records: Sequence[dict[str, Any]], incumbent_runs: list[dict[str, Any]],
-                candidate_runs: list[dict[str, Any]], floor: float) -> stats.Comparison:
+                candidate_runs: list[dict[str, Any]], floor: float, earlier: Sequence[float] = (),
+                incumbent_trial: int | None = None) -> stats.Comparison:
     """`verdict.interleaved` on the records, its last look when the budget has no room for another pair."""
     return decide.interleaved(steps, records, incumbent_runs, candidate_runs, meter.job.effective_batch,
-                              floor, last=not meter.room_for(8 * (len(candidate_runs) - 1)))
+                              floor, last=not meter.room_for(8 * (len(candidate_runs) - 1)), earlier=earlier,
+                              incumbent_trial=incumbent_trial)
 
 
 def second_look(steps: StepBudget, records: Sequence[dict[str, Any]], job: Job, results: list[dict[str, Any]],

@@ -19,13 +19,17 @@ from .trial_spec import StepBudget
 
 
 def interleaved(steps: StepBudget, records: Sequence[dict[str, Any]], incumbent_runs: list[dict[str, Any]],
-                candidate_runs: list[dict[str, Any]], batch: int, floor: float, last: bool) -> stats.Comparison:
-    """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
-    would turn the machine's drift into a gain). `last`: the time budget allows no further pair."""
+                candidate_runs: list[dict[str, Any]], batch: int, floor: float, last: bool,
+                earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> stats.Comparison:
+    """The verdict on one trial's interleaved runs. `last`: the time budget allows no further pair.
+    The floor rule takes this trial's incumbent runs only (older ones would turn the machine's drift
+    into a gain); the sequential rule counts the incumbent's `earlier` samples/s (from trial
+    `incumbent_trial` on) too, while a drift check on this trial's runs holds (keep_rule.incumbent_side)."""
     if steps.keep_rule == "sequential":
         # The look after which the time budget allows no further pair spends the looks left.
         return keep_rule.verdict(records, [r["measurement"] for r in incumbent_runs],
-                                 [r["measurement"] for r in candidate_runs], most_pairs(steps, records), last=last)
+                                 [r["measurement"] for r in candidate_runs], most_pairs(steps, records), last=last,
+                                 earlier=earlier, skip=incumbent_trial)
     return stats.compare([r["measurement"]["step_times_s"] for r in incumbent_runs],
                          [r["measurement"]["step_times_s"] for r in candidate_runs], batch, floor)
 
@@ -45,11 +49,12 @@ def most_pairs(steps: StepBudget, records: Sequence[dict[str, Any]]) -> int:
 
 
 def could_close(steps: StepBudget, records: Sequence[dict[str, Any]], verdict: stats.Comparison,
-                fresh: list[dict[str, Any]], results: list[dict[str, Any]], left: int) -> bool:
+                fresh: list[dict[str, Any]], results: list[dict[str, Any]], left: int,
+                earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> bool:
     """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
     if steps.keep_rule == "sequential":
-        return keep_rule.could_close(records, [r["measurement"] for r in fresh],
-                                     [r["measurement"] for r in results], left, most_pairs(steps, records))
+        return keep_rule.could_close(records, [r["measurement"] for r in fresh], [r["measurement"] for r in results],
+                                     left, most_pairs(steps, records), earlier, incumbent_trial)
     runs = min(len(results), len(fresh))
     narrowed = math.sqrt(runs / (runs + left))
     return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor
@@ -68,14 +73,14 @@ def screen(steps: StepBudget, records: Sequence[dict[str, Any]], reference: list
 
 def second_look(steps: StepBudget, records: Sequence[dict[str, Any]], reference: list[list[float]],
                 candidate: list[dict[str, Any]], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
-    """The sequential rule's look after a trial's second run, against the incumbent's runs so far
-    (None under the floor rule, or where the spread so far leaves this look no share)."""
+    """The sequential rule's look after a trial's second run, against the incumbent's runs so far (None
+    under the floor rule). Where the spread so far leaves this look no share of the false-keep rate
+    (a noisy machine, keep_rule.reusing) it only discards: a change slower, or futile, beyond the noise
+    costs no pairs there either, and a discard adds no false keep."""
     if steps.keep_rule != "sequential" or not reference:
         return None
-    most = most_pairs(steps, records)
-    if not keep_rule.reusing(records, most):
-        return None
-    return keep_rule.reuse_look(records, reference, incumbent_trial, candidate, batch, most, min_gain)
+    return keep_rule.reuse_look(records, reference, incumbent_trial, candidate, batch, most_pairs(steps, records),
+                                min_gain)
 
 
 def decided_on_one_run(steps: StepBudget, verdict: stats.Comparison) -> bool:

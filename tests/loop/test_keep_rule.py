@@ -103,3 +103,28 @@ def test_a_second_tune_on_this_device_starts_from_the_first_ones_spread(tmp_path
     second = Tuner(tiny_job(max_trials=2, run="b", kb=kb, seed="1"), TableExecutor(factors), tmp_path).run()
     prior = second.records[0]["spread_prior"]
     assert 0 < prior["df"] <= PRIOR_DF and prior["runs"] >= 3 and prior["sd"] > 0
+
+
+def test_a_pair_look_counts_the_incumbents_earlier_runs_while_they_agree_with_this_trials():
+    # Twelve earlier runs of the incumbent that agree with this trial's two: the look compares with
+    # fourteen, and its spread keeps the earlier runs and this trial's as two groups.
+    records = _quiet(0.01) + [{"trial": 1, "measurements": [run(10.0), run(10.1)]}]
+    earlier = [10.0 * (1 + 0.01 * k) for k in (-1, 0, 1)] * 4
+    fresh, candidate = [run(10.05), run(9.95)], [run(10.6), run(10.5)]
+    side, pooled = keep_rule.incumbent_side(records, earlier, fresh, candidate, 1)
+    assert len(side) == 14 and [10.05, 9.95] in pooled and earlier in pooled
+    alone = keep_rule.verdict(records, fresh, candidate, 16)
+    reused = keep_rule.verdict(records, fresh, candidate, 16, earlier=earlier, skip=1)
+    assert "2 vs 14 runs" in reused.reason and reused.low > alone.low
+    # The machine drifted 8% since: this trial's incumbent runs alone are compared with.
+    moved, _ = keep_rule.incumbent_side(records, earlier, [run(10.8), run(10.85)], candidate, 1)
+    assert moved == [10.8, 10.85]
+
+
+def test_a_noisy_machine_discards_a_futile_change_after_two_runs_and_never_keeps_on_them():
+    noisy = _quiet(0.12)
+    reference = [m["step_times_s"] for m in noisy[0]["measurements"]] * 4
+    assert not keep_rule.reusing(noisy, 16)
+    futile = keep_rule.reuse_look(noisy, reference, 0, [run(7.0), run(7.2)], 1, 16)
+    assert futile.verdict == "slower"
+    assert keep_rule.reuse_look(noisy, reference, 0, [run(40.0), run(41.0)], 1, 16).verdict == "no difference"
