@@ -89,12 +89,13 @@ def record(workload: Workload, out: Path, budget_s: float | None = None, steps: 
                 change = ", ".join(f"{k}={v}" for k, (_, v) in job.start.diff(knobs).items()) or "start"
                 progress.update(task, description=change)
                 result = tuner.measure(knobs, index, change, ceiling=True)
-                entries.append({"knobs": knobs.to_dict(), "state": result["state"], "reason": result["reason"],
-                                "wall_s": round(result.get("wall_s") or 0.0, 3),
-                                "measurement": _slim(result.get("measurement")), "runs_samples_per_s": (
-                                    [result["measurement"]["samples_per_s"]] if result.get("measurement") else [])})
+                measured = result.measurement
+                entries.append({"knobs": knobs.to_dict(), "state": result.state, "reason": result.reason,
+                                "wall_s": round(result.wall_s, 3),
+                                "measurement": _slim(measured.to_dict() if measured else None),
+                                "runs_samples_per_s": [measured.samples_per_s] if measured else []})
                 progress.advance(task)
-        baseline_runs = [_slim(m) for m in tuner.records[0]["measurements"]]
+        baseline_runs = [_slim(m.to_dict()) for m in tuner.records[0].measurements]
     table = {
         "schema_version": 1, "workload": workload.name, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "job": job.to_dict(), "features": job_features(job, frame), "frame": frame,
@@ -128,8 +129,8 @@ def refine(workload: Workload, path: Path, top: int, repeats: int, steps: int = 
                 runs = [entry["measurement"]]
                 for _ in range(repeats):
                     result = tuner.measure(knobs, 1, "refine")
-                    if result["state"] == "complete":
-                        runs.append(_slim(result["measurement"]))
+                    if result.state == "complete":
+                        runs.append(_slim(result.measured().to_dict()))
                 runs.sort(key=lambda m: m["samples_per_s"])
                 # The median run, with the worst-case reading of the first pass (refine runs skip it).
                 entry["measurement"] = {**runs[len(runs) // 2], "ceiling": entry["measurement"].get("ceiling")}
@@ -152,8 +153,8 @@ def aa(workload: Workload, path: Path, runs: int, steps: int = 4) -> Path:
             task = progress.add_task("", total=runs)
             for _ in range(runs):
                 result = tuner.measure(tuner.job.start, 1, "A/A")
-                if result["state"] == "complete":
-                    speeds.append(result["measurement"]["samples_per_s"])
+                if result.state == "complete":
+                    speeds.append(result.measured().samples_per_s)
                 progress.advance(task)
     table["aa_samples_per_s"] = speeds
     write_json_atomic(path, table)

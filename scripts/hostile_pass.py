@@ -71,6 +71,7 @@ class Case:
     owns: tuple[str, ...] = ()      # paths (from the sandbox) the command was asked to write: kb export FILE
     usage: bool = False             # expected: the usage on stdout, exit 2, nothing on stderr (a bare `autotune`)
     result: dict[str, Any] = field(default_factory=dict)
+    pids: list[int] = field(default_factory=list)  # the autotune processes the case ran: their /tmp folders are looked for
 
 
 # ------------------------------------------------------------------------------------------- sandbox
@@ -321,6 +322,31 @@ def key_cases() -> list[Case]:
                  usage=name == "no command") for name, argv in words.items()]
 
 
+# The script job's own words, added since the first rounds: a launcher, a name map, parity's strictness and
+# the script's arguments, each given what a careless or hostile user might.
+SCRIPT = ["script=plain.py", "effective_batch=4"]
+SCRIPT_WORDS = {
+    "script_launcher": ("rm -rf /", "accelerate launch --num_processes=8", "torchrun --nproc_per_node=4",
+                        "torchrun --nnodes=2", "python -c 'import os'", "accelerate", "\x1b[31mred", "'unclosed",
+                        "deepspeed", "accelerate launch --config_file /etc/passwd"),
+    "script_knobs": ("a:b:c", ":", "micro:warp_drive", "micro:", ":per_device_train_batch_size",
+                     "x:per_device_train_batch_size,x:gradient_accumulation_steps", "m" * 5000 + ":precision",
+                     "micro\x1b:precision"),
+    "strict_parity": ("maybe", "2", "", "truee"),
+    "script_args": ("'unclosed", "--config \x1b[2J", "--config " + "c" * 5000, "--config h/missing.yaml",
+                    "--config /dev/zero"),
+}
+
+
+def script_cases() -> list[Case]:
+    cases = []
+    for key, values in SCRIPT_WORDS.items():
+        for n, value in enumerate(values):
+            cases.append(Case(f"script {key}={value[:16]!r} #{n}", "script words",
+                              ["tune", "r", *SCRIPT, f"{key}={value}", GUARD], timeout=60))
+    return cases
+
+
 PLANTS: dict[str, Callable[[Path], None]] = {
     ".lock link": lambda f: _relink(f / ".lock", SANDBOX / "outside" / "precious.txt"),
     "job.json link": lambda f: _relink(f / "job.json", SANDBOX / "outside" / "precious.txt"),
@@ -386,7 +412,9 @@ def _copy_base(root: Path, run: str) -> None:
 
 def kill_cases() -> list[Case]:
     cases = []
+    # "early" lands while the first trial waits for the fork server's imports; "mid" inside a trial.
     for name, signum, after in (("SIGKILL early", signal.SIGKILL, 4), ("SIGKILL mid", signal.SIGKILL, 14),
+                                ("SIGTERM early", signal.SIGTERM, 4), ("SIGINT early", signal.SIGINT, 4),
                                 ("SIGTERM mid", signal.SIGTERM, 10), ("SIGINT mid", signal.SIGINT, 10)):
         run = f"k{signum}-{after}"
         for mode in ("review", "resume"):
@@ -400,7 +428,7 @@ def kill_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     return (file_cases() + number_cases() + control_cases() + encoding_cases() + malformed_cases() + key_cases()
-            + run_folder_cases() + kill_cases())
+            + run_folder_cases() + script_cases() + kill_cases())
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -411,11 +439,14 @@ def env_for(root: Path) -> dict[str, str]:
     return env
 
 
-def run_forked(argv: list[str], root: Path, timeout: float) -> tuple[int | None, str, str, float]:
+def run_forked(argv: list[str], root: Path, timeout: float,
+               pids: list[int] | None = None) -> tuple[int | None, str, str, float]:
     """`autotune ARGV` in a forked child (its own session, stdin /dev/null, stdout and stderr to files)."""
     out_path, err_path = root / "io" / "out.txt", root / "io" / "err.txt"
     started = time.monotonic()
     pid = os.fork()
+    if pid and pids is not None:
+        pids.append(pid)
     if pid == 0:  # the child
         code = 99
         try:
@@ -462,12 +493,15 @@ def _kill_group(pid: int) -> None:
 
 
 def run_process(argv: list[str], root: Path, timeout: float, close_stdout: bool = False,
-                kill: tuple[int, float] | None = None) -> tuple[int | None, str, str, float]:
+                kill: tuple[int, float] | None = None,
+                pids: list[int] | None = None) -> tuple[int | None, str, str, float]:
     """`python -m autotune.cli.main ARGV` as a real process (pipes, signals), killed whole past `timeout`."""
     started = time.monotonic()
     child = subprocess.Popen([sys.executable, "-m", "autotune.cli.main", *argv], cwd=root / "user", env=env_for(root),
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              start_new_session=True)
+    if pids is not None:
+        pids.append(child.pid)
     if close_stdout:
         child.stdout.close()
     if kill is not None:
@@ -484,6 +518,14 @@ def run_process(argv: list[str], root: Path, timeout: float, close_stdout: bool 
     if kill is not None:
         _kill_group(child.pid)  # what the killed tuner left behind (a killed parent's trial ends itself)
     return code, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace"), time.monotonic() - started
+
+
+def left_in_tmp(pids: list[int]) -> list[str]:
+    """The short temporary folders (tmpdirs.short_base) that trials of these processes left behind: a
+    trial's tag starts with its tuner's pid. A SIGKILLed tuner cannot take them back; any other end must."""
+    import glob
+
+    return sorted(name for pid in pids for name in glob.glob(f"/tmp/autotune-{os.getuid()}-{pid}.*"))
 
 
 def judge(case: Case, code: int | None, out: str, err: str, changed: list[str]) -> list[str]:
@@ -506,6 +548,12 @@ def judge(case: Case, code: int | None, out: str, err: str, changed: list[str]) 
         broken.append(f"exit {code}")
     if changed:
         broken.append("changed outside: " + ", ".join(changed[:3]))
+    if case.kill is None or case.kill[0] != signal.SIGKILL:
+        left = left_in_tmp(case.pids)
+        if left:
+            broken.append("left in /tmp: " + ", ".join(left[:3]))
+    elif left_in_tmp(case.pids[1:]):  # the SIGKILLed tune could not; its resume or review must
+        broken.append("left in /tmp: " + ", ".join(left_in_tmp(case.pids[1:])[:3]))
     return broken
 
 
@@ -515,12 +563,12 @@ def run_case(case: Case, root: Path, default_timeout: float) -> None:
     timeout = case.timeout or default_timeout
     if case.kill is not None:
         run = case.argv[1]
-        run_process(["tune", run, *TINY_RUN], root, 120, kill=case.kill)
+        run_process(["tune", run, *TINY_RUN], root, 120, kill=case.kill, pids=case.pids)
     before = snapshot(root)
     if case.pipe or case.kill is not None:
-        code, out, err, wall = run_process(case.argv, root, timeout, close_stdout=case.pipe)
+        code, out, err, wall = run_process(case.argv, root, timeout, close_stdout=case.pipe, pids=case.pids)
     else:
-        code, out, err, wall = run_forked(case.argv, root, timeout)
+        code, out, err, wall = run_forked(case.argv, root, timeout, pids=case.pids)
     after = snapshot(root)
     changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p) and p not in case.owns)
     case.result = {"code": code, "wall": wall, "broken": judge(case, code, out, err, changed),

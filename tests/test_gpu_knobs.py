@@ -123,7 +123,7 @@ def test_a_record_from_before_these_knobs_loads_with_them_off():
 
 def _parity(base_losses, candidate_losses, knobs, start):
     from autotune.loop.outcome import Incumbent
-    from autotune.loop.verdict import parity_check
+    from autotune.loop.judge import parity_check
 
     return parity_check({"parity_losses": base_losses}, {"parity_losses": candidate_losses},
                         Incumbent(start, [1.0], 0), knobs, start, [])

@@ -187,6 +187,11 @@ def _export_target(file: str) -> tuple[Path, int | None]:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         mode = None  # a new file; a path under a file is check_writable_file's to word
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise JobError(f"kb export: {path} is a symbolic link that loops; give a file name, a FIFO or - "
+                       "(stdout)") from None
     if mode is not None and (stat.S_ISSOCK(mode) or stat.S_ISBLK(mode)):
         raise JobError(f"kb export: {path} is {special(mode)}; give a file name, a FIFO or - (stdout)")
     if mode is not None and (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):

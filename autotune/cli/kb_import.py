@@ -57,6 +57,11 @@ def _read_export(path: Path) -> dict[str, Any]:
         if any(k in trial and not (isinstance(trial[k], str) and trial[k]) for k in ("job_fingerprint",
                                                                                    "device_fingerprint")):
             raise bad("a trial has an empty job or device fingerprint")
+    for event in data.get("claim_history", []):
+        if not isinstance(event.get("children") or [], list):
+            raise bad("a history event's children are not a list of claim ids")
+        if event.get("evidence") is not None and not isinstance(event["evidence"], dict):
+            raise bad("a history event's evidence is not an object")
     for table, field_, value in _names(data):
         if not isinstance(value, str) or not value.isprintable() or len(value) > MAX_NAME:
             raise JobError(f"kb import: {path}: {table} {field_} {plain(repr(value))[:MAX_NAME + 20]} is not plain "

@@ -9,6 +9,7 @@ make a billion-node tree). Each refusal is one `JobError` line naming the key or
 from __future__ import annotations
 
 import json
+import errno
 import os
 import re
 import stat
@@ -87,8 +88,12 @@ def check_not_special(path: Path, label: str, error: type[Exception] = JobError)
     device never ends, a socket cannot be opened. One line naming it."""
     try:
         what = special(os.stat(path).st_mode)
-    except (OSError, ValueError):
+    except OSError as failure:
+        if failure.errno == errno.ELOOP:  # a link that leads round to itself: nothing to read or write there
+            raise error(f"{label}: {path} is a symbolic link that loops; give a regular file") from None
         return  # missing or unreadable: the caller says so in its own words
+    except ValueError:
+        return
     if what:
         raise error(f"{label}: {path} is {what}, not a file; give a regular file")
 
@@ -279,6 +284,7 @@ def check_writable_folder(path: Path, label: str) -> None:
 def check_writable_file(path: Path, label: str) -> None:
     """`path` can be written as a file: not a folder, and its folder writable or makeable."""
     path = Path(path).expanduser()
+    check_not_special(path, label)
     if path.is_dir():
         raise JobError(f"{label}: {path} is a folder; give a file name, for example {path / 'out.json'}")
     if path.exists() and not os.access(path, os.W_OK):

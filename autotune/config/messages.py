@@ -2,7 +2,9 @@
 (how the run ended) and the `Measurement` a complete trial carries.
 
 Each is a frozen dataclass that round-trips through its JSON Schema (schemas/trial_spec.json,
-run_result.json, measurement.json) and is validated when it is built, written and read. The parent
+run_result.json, measurement.json): a spec is validated when it is built, a result when it is read
+(`read_result`; the loop reads its executor's results unchecked: `RunResult.from_dict(check=False)`).
+`Measurement` lives in measurement.py, beside the decision the loop makes on it. The parent
 builds specs in trial_spec.py; every executor writes them through `write_spec` and reads what the
 child wrote through `read_result`, so a malformed message on either side ends that one run in the
 state `invalid` with one line saying what is wrong, never in a traceback that ends the tune.
@@ -22,6 +24,9 @@ from typing import Any, Mapping
 from ..util.errors import RecordError
 from ..util.io import write_json_atomic
 from ..schemas import validate, violation
+from .measurement import Measurement
+
+__all__ = ["Measurement", "RunResult", "TrialSpec", "read_result", "rejected", "spec_problem", "write_spec"]
 
 SCHEMA_VERSION = 1
 # Optimizer steps whose per-row losses are compared with the baseline's (parity), before any other step.
@@ -117,36 +122,6 @@ class TrialSpec:
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """What one run measured. The fields every measurement has are typed; the rest (MFU, breakdown,
-    environment, ceiling, ...) are kept as written, so records round-trip whole."""
-
-    device: str
-    samples_per_s: float
-    tokens_per_s: float
-    step_times_s: tuple[float, ...]
-    peak_memory: Mapping[str, Any]
-    parity_losses: Mapping[str, Any] | None
-    rest: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        _freeze_fields(self)
-        validate("measurement", self.to_dict(), "measurement")
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {item.name: thawed(getattr(self, item.name)) for item in fields(self) if item.name != "rest"}
-        data.update(thawed(self.rest))
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "measurement") -> "Measurement":
-        validate("measurement", thawed(data), where)
-        typed = {item.name for item in fields(cls)} - {"rest"}
-        return cls(**{name: data[name] for name in typed},
-                   rest={key: value for key, value in data.items() if key not in typed})
-
-
-@dataclass(frozen=True)
 class RunResult:
     """How one run ended: its state and reason, the measurement of a complete trial or the facts of a
     complete frame, and what the child and the executor add (wall time, exit code, logs, placement)."""
@@ -160,7 +135,37 @@ class RunResult:
     def __post_init__(self) -> None:
         object.__setattr__(self, "frame", _frozen(self.frame))
         object.__setattr__(self, "details", _frozen(self.details))
-        validate("run_result", self.to_dict(), "run result")
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "complete" and self.measurement is not None
+
+    def measured(self) -> Measurement:
+        """The measurement of a complete run (asking another for one is a bug)."""
+        if self.measurement is None:
+            raise RecordError(f"a run that ended {self.state} has no measurement")
+        return self.measurement
+
+    @property
+    def wall_s(self) -> float:
+        """The run's wall time, start-up included (the executor adds it)."""
+        return float(self.details.get("wall_s") or 0.0)
+
+    @property
+    def placement(self) -> dict[str, str] | None:
+        """The node and GPU the run was on, where an executor has several."""
+        placement = self.details.get("placement")
+        return None if placement is None else dict(placement)
+
+    @property
+    def stderr_tail(self) -> str | None:
+        tail = self.details.get("stderr_tail")
+        return None if tail is None else str(tail)
+
+    @property
+    def remeasure(self) -> bool:
+        """The GPU slowed itself during the measured window: the run is worth one more try."""
+        return bool(self.details.get("remeasure"))
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"state": self.state, "reason": self.reason}
@@ -172,9 +177,12 @@ class RunResult:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "run result") -> "RunResult":
+    def from_dict(cls, data: Mapping[str, Any], where: str = "run result", check: bool = True) -> "RunResult":
+        """A run's result; `check`: against run_result.json first (what a child wrote: read_result). The
+        loop reads results its executor already checked, and a test's or a benchmark's table, unchecked."""
         plain = thawed(data)
-        validate("run_result", plain, where)
+        if check:
+            validate("run_result", plain, where)
         measurement = plain.get("measurement")
         details = {key: value for key, value in plain.items() if key not in ("state", "reason", "measurement", "frame")}
         return cls(plain["state"], plain["reason"], Measurement.from_dict(measurement) if measurement else None,

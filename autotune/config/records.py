@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from ..util.errors import RecordError
+from .measurement import Decision, Measurement
+from .types import JsonObject, KnobView
 
 # One change as (knob, value) pairs; a combined change has several.
 Changes = tuple[tuple[str, Any], ...]
@@ -54,12 +56,24 @@ def parse_change(text: str | None) -> tuple[tuple[str, str], ...]:
 
 
 @dataclass(frozen=True)
-class TrialRecord:
-    """One record of experiments.jsonl, as the reasoner and the loop read it."""
+class SpreadPrior:
+    """The run-to-run spread of this device's past runs that a baseline's record brought (a few df)."""
+
+    sd: float
+    df: int
+    runs: int = 0  # how many past runs the spread was pooled from
+
+
+@dataclass(frozen=True)
+class TrialRecord(Mapping[str, Any]):
+    """One record of experiments.jsonl, as the reasoner and the loop read it.
+
+    Also a read-only mapping over the stored record: the output layer (report, display, trackers)
+    reads records as the JSON they are written as."""
 
     trial: int
     change: str | None
-    knobs: Mapping[str, Any]
+    knobs: KnobView
     state: str
     decision: str
     reason: str = ""
@@ -69,7 +83,25 @@ class TrialRecord:
     samples_per_s: float | None = None
     replayed_state: str | None = None
     source: Source | None = None
+    measurements: tuple[Measurement, ...] = ()
+    spread_prior: SpreadPrior | None = None
+    placement: dict[str, str] | None = None
+    wall_s: float = 0.0
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.raw[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw)
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    @property
+    def decided(self) -> Decision:
+        """What the loop decided on this trial, and the comparison behind it."""
+        return Decision.from_dict(self.raw)
 
     @property
     def outcome(self) -> str:
@@ -102,16 +134,19 @@ class TrialRecord:
                 raise RecordError(f"trial record {data.get('trial')} is {problem}")
         hypothesis = data.get("hypothesis") or {}
         source = hypothesis.get("source")
-        interval = data.get("interval")
+        interval, prior = data.get("interval"), data.get("spread_prior")
         # What a reader needs and nothing more: callers build partial records (the reasoner's tests, a replay).
         return cls(trial=int(data.get("trial", -1)), change=data.get("change"), knobs=data.get("knobs") or {},
                    state=data.get("state", ""), decision=data.get("decision", ""), reason=data.get("reason") or "", ratio=data.get("ratio"),
                    interval=(float(interval[0]), float(interval[1])) if interval else None,
                    noise_floor=data.get("noise_floor"), samples_per_s=data.get("samples_per_s"),
                    replayed_state=data.get("replayed_state"),
-                   source=Source(source) if source in Source._value2member_map_ else None, raw=data)
+                   source=Source(source) if source in Source._value2member_map_ else None,
+                   measurements=tuple(Measurement.from_dict(m) for m in data.get("measurements") or ()),
+                   spread_prior=SpreadPrior(prior["sd"], prior["df"], prior.get("runs", 0)) if prior else None,
+                   placement=data.get("placement"), wall_s=float(data.get("wall_s") or 0.0), raw=data)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The stored record, as it was read."""
         return dict(self.raw)
 

@@ -98,9 +98,20 @@ def _end_session() -> None:
     if os.getpgrp() == os.getpid():
         if procs.TAG_ENV in os.environ:
             procs.end_descendants()   # those that left the group too (a daemon its script started)
+            _drop_short_tmp()
         os.killpg(os.getpgrp(), signal.SIGKILL)
     else:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _drop_short_tmp() -> None:
+    """A short temporary folder lies outside the run folder, and the tuner that would remove it is gone:
+    the trial takes it back itself. Only a folder of exactly the executor's name for this trial."""
+    import shutil
+
+    tmp = os.environ.get("TMPDIR", "")
+    if os.path.basename(tmp) == procs.short_tmp_name(os.environ[procs.TAG_ENV]):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def die_with_owner() -> None:

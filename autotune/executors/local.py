@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config.types import JsonObject
 from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
 from ..util import procs
-from .tmpdirs import CACHE_FOLDERS, TMP_PATH_MAX, short_base, tmp_env
+from .tmpdirs import CACHE_FOLDERS, TMP_PATH_MAX, placed_by_user, short_base, tmp_env
 
 PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
            "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
@@ -51,8 +52,11 @@ def _start_fork_server() -> None:
 
     own = tempfile.mkdtemp(prefix="autotune-forkserver-")
     atexit.register(shutil.rmtree, own, True)
+    _short_socket_folder()
     saved = {name: os.environ.get(name) for name, _ in CACHE_FOLDERS}
-    os.environ.update({name: saved[name] or os.path.join(own, name.lower()) for name in saved})
+    for name in saved:
+        if not placed_by_user(name, os.environ):
+            os.environ[name] = os.path.join(own, name.lower())
     try:
         forkserver.ensure_running()
     finally:
@@ -61,6 +65,25 @@ def _start_fork_server() -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _short_socket_folder() -> None:
+    """multiprocessing puts the fork server's socket in its own folder under $TMPDIR; a $TMPDIR too deep
+    for AF_UNIX (a scheduler's per-job scratch path) fails there. Then that folder is made, once for this
+    process, in a short private one, removed at exit."""
+    import tempfile
+    from multiprocessing import util
+
+    if len(tempfile.gettempdir()) <= TMP_PATH_MAX:
+        return
+    short = tempfile.mkdtemp(prefix=f"autotune-{os.getuid()}-", dir=short_base())
+    # After multiprocessing's own removal of its folder inside (a finalizer of priority -100).
+    util.Finalize(None, shutil.rmtree, args=(short, True), exitpriority=-101)
+    saved, tempfile.tempdir = tempfile.tempdir, short
+    try:
+        util.get_temp_dir()   # made now, under `short`, and kept by multiprocessing for this process
+    finally:
+        tempfile.tempdir = saved
 
 
 def _tail(path: Path) -> str:
@@ -78,7 +101,7 @@ def trial_tmp(trial_dir: Path, tag: str) -> Path:
     inside = trial_dir.resolve() / "tmp"
     if len(str(inside)) <= TMP_PATH_MAX:
         return inside
-    return short_base() / f"autotune-{os.getuid()}-{tag}"
+    return short_base() / procs.short_tmp_name(tag)
 
 
 class LocalExecutor:
@@ -135,7 +158,7 @@ class LocalExecutor:
         child.wait() if isinstance(child, subprocess.Popen) else child.join()
         return None
 
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
         result_path.unlink(missing_ok=True)
@@ -144,21 +167,28 @@ class LocalExecutor:
             return refused
         started = time.monotonic()
         tag, since = f"{os.getpid()}.{next(_tags)}", procs.now_ticks()
-        trial_tmp(trial_dir, tag).mkdir(mode=0o700, exist_ok=True)
-        child = self._start(spec, trial_dir, tag)
-        _live.add(child.pid)
+        tmp = trial_tmp(trial_dir, tag)
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        child = None
         try:
-            code = self._wait(child, timeout_s, tag, since)
-        except BaseException:
-            # Ctrl-C or SIGTERM in the tuner: the trial runs in its own session and would not hear it,
-            # so it is killed here rather than left holding the device.
-            self._wait(child, 0, tag, since)
-            raise
+            # Inside the try: the first start waits seconds for the fork server's imports, and a Ctrl-C or
+            # SIGTERM then must still take the temporary folder back (a short one lies outside the run).
+            child = self._start(spec, trial_dir, tag)
+            _live.add(child.pid)
+            try:
+                code = self._wait(child, timeout_s, tag, since)
+            except BaseException:
+                # Ctrl-C or SIGTERM in the tuner: the trial runs in its own session and would not hear it,
+                # so it is killed here rather than left holding the device.
+                self._wait(child, 0, tag, since)
+                raise
         finally:
-            _live.discard(child.pid)
-            # Whatever the trial left running (a daemon its script started) ends with it, and its temporary files go.
+            if child is not None:
+                _live.discard(child.pid)
+            # Whatever the trial left running (a daemon its script started, or a child whose start was
+            # interrupted) ends with it, found by its tag, and its temporary files go.
             procs.end_trial(tag, None, since, procs.helpers() | _live)
-            shutil.rmtree(trial_tmp(trial_dir, tag), ignore_errors=True)
+            shutil.rmtree(tmp, ignore_errors=True)
         wall = round(time.monotonic() - started, 3)
         if code is None:
             return {"state": "timeout", "reason": f"no result after {timeout_s:.0f}s; the trial was stopped",

@@ -22,7 +22,18 @@ def short_base() -> Path:
     return Path("/tmp") if os.access("/tmp", os.W_OK) else Path(tempfile.gettempdir())
 
 
+def placed_by_user(name: str, environ: Mapping[str, str]) -> bool:
+    """Whether the cache variable `name` was set on purpose. The first compile in a process writes
+    torch's own default (`<tmp>/torchinductor_<user>`) into os.environ, and every process started from it
+    (a Ray node's workers, our fork server) inherits it: that value is torch's choice, not the user's."""
+    value = environ.get(name, "")
+    if not value:
+        return False
+    return not (name == "TORCHINDUCTOR_CACHE_DIR" and os.path.basename(value.rstrip("/")).startswith("torchinductor_"))
+
+
 def tmp_env(tmp: Path, environ: Mapping[str, str]) -> dict[str, str]:
     """TMPDIR and the compile caches pointed into `tmp`; a cache the user placed on purpose (set in
     `environ`) stays theirs."""
-    return {"TMPDIR": str(tmp), **{name: str(tmp / folder) for name, folder in CACHE_FOLDERS if name not in environ}}
+    return {"TMPDIR": str(tmp),
+            **{name: str(tmp / folder) for name, folder in CACHE_FOLDERS if not placed_by_user(name, environ)}}

@@ -8,12 +8,16 @@ measured hands them back with its record, and `Tuner.tell` takes them in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from . import trial_spec, verdict as decide
+from . import judge, trial_spec
 from ..config.job import Job
 from ..config.knobs import Knobs
+from ..config.measurement import Measurement
+from ..config.messages import RunResult
+from ..config.records import TrialRecord
+from ..config.types import JsonObject
 from ..executors.base import Executor
 from .outcome import Incumbent
 from ..probes import stats
@@ -28,7 +32,7 @@ class Meter:
 
     executor: Executor
     specs: Specs
-    peaks: dict[str, Any]
+    peaks: JsonObject
     counts: RunCounts
     display: Any = None
 
@@ -36,7 +40,7 @@ class Meter:
     def job(self) -> Job:
         return self.specs.job
 
-    def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
+    def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> RunResult:
         """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`)."""
         counts, folder = self.counts, self.specs.folder
         counts.runs += 1
@@ -44,22 +48,27 @@ class Meter:
             self.display.running(trial, label)
         timeout, by_budget = trial_spec.timeout(self.job, counts.started, counts.slowest_s)
         trial_dir = folder.trial_dir(f"{trial:03d}-{counts.runs:03d}")
-        result = self.executor.run(self.specs.spec("trial", knobs, trial, self.peaks, ceiling, workdir=trial_dir / "work"),
-                                   trial_dir, timeout)
-        if result["state"] == "invalid" and result.get("remeasure"):
+        # Read unchecked: every executor checked what its child wrote (messages.read_result).
+        result = RunResult.from_dict(self.executor.run(
+            self.specs.spec("trial", knobs, trial, self.peaks, ceiling, workdir=trial_dir / "work"), trial_dir, timeout),
+            check=False)
+        if result.state == "invalid" and result.remeasure:
             # The GPU slowed itself (thermal, power brake): that window measured the cooling. Once more.
             again = folder.trial_dir(f"{trial:03d}-{counts.runs:03d}-again")
-            result = self.executor.run(self.specs.spec("trial", knobs, trial, self.peaks, ceiling, workdir=again / "work"),
-                                       again, timeout)
-        counts.placement = result.get("placement", counts.placement)
-        if result["state"] == "complete" and result.get("placement"):
-            result["measurement"]["placement"] = result["placement"]  # which card: comparisons stay on one
-        if result["state"] == "timeout" and by_budget:
-            result["reason"] = f"stopped at the end of the time budget ({self.job.time_budget_s}s)"
+            result = RunResult.from_dict(self.executor.run(
+                self.specs.spec("trial", knobs, trial, self.peaks, ceiling, workdir=again / "work"), again, timeout),
+                check=False)
+        if "placement" in result.details:
+            counts.placement = result.placement
+        if result.measurement is not None and result.state == "complete" and result.placement:
+            # Which card: comparisons stay on one.
+            result = replace(result, measurement=result.measurement.placed(result.placement))
+        if result.state == "timeout" and by_budget:
+            result = replace(result, reason=f"stopped at the end of the time budget ({self.job.time_budget_s}s)")
             counts.budget_spent = True
-        if result["state"] == "complete":
-            counts.slowest_s = max(counts.slowest_s, result["wall_s"])
-            counts.walls.append(result["wall_s"])
+        if result.state == "complete":
+            counts.slowest_s = max(counts.slowest_s, result.wall_s)
+            counts.walls.append(result.wall_s)
         return result
 
     def room_for(self, runs: int) -> bool:
@@ -68,53 +77,59 @@ class Meter:
         return trial_spec.room_for(self.job, counts.started, counts.walls, counts.budget_spent, runs)
 
 
-def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[dict[str, Any]], trial: int, hypothesis: Hypothesis,
-               incumbent: Incumbent, knobs: Knobs, results: list[dict[str, Any]], fresh: list[dict[str, Any]],
+def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], trial: int, hypothesis: Hypothesis,
+               incumbent: Incumbent, knobs: Knobs, results: list[RunResult], fresh: list[RunResult],
                floor: float, verdict: stats.Comparison, earlier: Sequence[float] = ()) -> stats.Comparison:
     """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
-    could close it (`verdict.could_close`). A change that looks like noise costs no more runs, and at
-    most `extra_pairs` (more on a noisy machine: `verdict.most_pairs`); the sequential rule decides only at its looks, each at its share of the
+    could close it (`judge.could_close`). A change that looks like noise costs no more runs, and at
+    most `extra_pairs` (more on a noisy machine: `judge.most_pairs`); the sequential rule decides only at its looks, each at its share of the
     false-keep rate, so waiting for a lucky draw cannot turn noise into a gain (`python -m
     bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules).
     `earlier`: the incumbent's samples/s before this trial, which the sequential looks count while they
     agree with this trial's incumbent runs (keep_rule.incumbent_side)."""
     added = 0
-    extra = decide.most_pairs(steps, records) - 2  # set from earlier trials, before this one's runs
+    extra = judge.most_pairs(steps, records) - 2  # set from earlier trials, before this one's runs
     # With a time budget, extra pairs take at most a quarter of the time left: room for four times
     # the extra runs so far and the next pair (one trial must not spend what the others need).
     while verdict.verdict == "no difference" and added < extra and meter.room_for(8 * (added + 1)):
-        if not decide.could_close(steps, records, verdict, fresh, results, extra - added, earlier, incumbent.trial):
+        if not judge.could_close(steps, records, verdict, measured(fresh), measured(results), extra - added, earlier,
+                                 incumbent.trial):
             break  # even the most pairs allowed would leave the interval inside the floor
         added += 1
         total = 2 + added
         candidate = meter.measure(knobs, trial, f"{hypothesis.change} ({total}/{total}, undecided)")
-        if candidate["state"] != "complete":
+        if candidate.state != "complete":
             results.append(candidate)  # the trial ends in its state: an undecided change is not kept
             break
         again = meter.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent ({total}/{total})")
-        if again["state"] != "complete":
+        if again.state != "complete":
             break  # decided on the pairs it has, as when a confirmation's incumbent run fails
         results.append(candidate)
         fresh.append(again)
-        incumbent.add(again["measurement"])
+        incumbent.add(again.measured())
         verdict = interleaved(meter, steps, records, fresh, results, floor, earlier, incumbent.trial)
     return verdict
 
 
-def interleaved(meter: Meter, steps: StepBudget, records: Sequence[dict[str, Any]], incumbent_runs: list[dict[str, Any]],
-                candidate_runs: list[dict[str, Any]], floor: float, earlier: Sequence[float] = (),
+def measured(runs: Sequence[RunResult]) -> list[Measurement]:
+    """The measurements of complete runs (a trial compares only those)."""
+    return [run.measured() for run in runs]
+
+
+def interleaved(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], incumbent_runs: list[RunResult],
+                candidate_runs: list[RunResult], floor: float, earlier: Sequence[float] = (),
                 incumbent_trial: int | None = None) -> stats.Comparison:
-    """`verdict.interleaved` on the records, its last look when the budget has no room for another pair."""
-    return decide.interleaved(steps, records, incumbent_runs, candidate_runs, meter.job.effective_batch,
-                              floor, last=not meter.room_for(8 * (len(candidate_runs) - 1)), earlier=earlier,
-                              incumbent_trial=incumbent_trial)
+    """`judge.interleaved` on the records, its last look when the budget has no room for another pair."""
+    return judge.interleaved(steps, records, measured(incumbent_runs), measured(candidate_runs),
+                             meter.job.effective_batch, floor, not meter.room_for(8 * (len(candidate_runs) - 1)),
+                             earlier, incumbent_trial)
 
 
-def second_look(steps: StepBudget, records: Sequence[dict[str, Any]], job: Job, results: list[dict[str, Any]],
+def second_look(steps: StepBudget, records: Sequence[TrialRecord], job: Job, results: list[RunResult],
                 reference: list[list[float]], incumbent: Incumbent) -> stats.Comparison | None:
-    """The look after a trial's second run against the incumbent's runs so far (verdict.second_look),
-    None where it has no share or a run did not complete."""
-    if any(r["state"] != "complete" for r in results):
+    """The look after a trial's second run against the incumbent's runs so far (judge.second_look),
+    None where the rule takes none or a run did not complete."""
+    if any(r.state != "complete" for r in results):
         return None
-    return decide.second_look(steps, records, reference, [r["measurement"] for r in results],
-                              job.effective_batch, incumbent.trial, decide.min_gain(job))
+    return judge.second_look(steps, records, reference, measured(results),
+                             job.effective_batch, incumbent.trial, judge.min_gain(job))

@@ -4,31 +4,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Mapping, Sequence
 
 from ..config.knobs import Knobs
+from ..config.measurement import Measurement
+from ..config.records import TrialRecord
+from ..config.types import JsonObject
 from ..probes.timing import median
 from ..reasoner import Hypothesis
 
 
-def summarize(measurements: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(measurements: Sequence[Measurement]) -> JsonObject:
     """A record's figures from its runs: median samples/s and tokens/s, the highest peak memory."""
     if not measurements:
         return {"samples_per_s": None, "tokens_per_s": None, "peak_memory_bytes": None}
-    return {"samples_per_s": median([m["samples_per_s"] for m in measurements]),
-            "tokens_per_s": median([m["tokens_per_s"] for m in measurements]),
-            "peak_memory_bytes": max(m["peak_memory"]["bytes"] for m in measurements)}
+    tokens = [m.tokens_per_s for m in measurements if m.tokens_per_s is not None]
+    return {"samples_per_s": median([m.samples_per_s for m in measurements]),
+            "tokens_per_s": median(tokens) if tokens else None,
+            "peak_memory_bytes": max((m.peak_memory.bytes for m in measurements if m.peak_memory), default=None)}
 
 
-def kept_product(records: list[dict[str, Any]]) -> float:
+def kept_product(records: Sequence[TrialRecord]) -> float:
     product = 1.0
     for record in records:
-        if record["decision"] == "keep":
-            product *= record["ratio"]
+        if record.decision == "keep":
+            product *= record.ratio or 0.0
     return product
 
 
-def card(placement: dict[str, Any] | None) -> str | None:
+def card(placement: Mapping[str, str] | None) -> str | None:
     """One GPU of a cluster, from an executor's placement (node and device index); None for the one device
     of a local or SSH run."""
     if not placement:
@@ -42,22 +46,30 @@ class Incumbent:
     samples: list[float]
     trial: int
     runs: list[list[float]] = field(default_factory=list)  # step times of every run of this config
-    profile: dict[str, Any] = field(default_factory=dict)  # its latest ceiling and time breakdown
+    profile: JsonObject = field(default_factory=dict)  # its latest ceiling and time breakdown
     cards: list[str | None] = field(default_factory=list)  # the GPU each run was on (None: the one device)
 
-    def add(self, measurement: dict[str, Any], placement: dict[str, Any] | None = None) -> None:
+    def add(self, measurement: Measurement, placement: Mapping[str, str] | None = None) -> None:
         """One run of this config; `placement`: its trial's, for a measurement that does not carry its own
         (records made before measurements did, or a knowledge base's copy). A trial's runs share one card."""
-        self.samples.append(measurement["samples_per_s"])
-        self.runs.append(measurement["step_times_s"])
-        self.cards.append(card(measurement.get("placement") or placement))
-        self.profile.update({k: measurement[k] for k in ("ceiling", "breakdown") if measurement.get(k)})
+        self.samples.append(measurement.samples_per_s)
+        self.runs.append(list(measurement.step_times_s))
+        self.cards.append(card(measurement.placement or placement))
+        if measurement.ceiling:
+            self.profile["ceiling"] = measurement.ceiling.to_dict()
+        if measurement.breakdown:
+            self.profile["breakdown"] = measurement.breakdown
 
-    def runs_on(self, placement: dict[str, Any] | None) -> list[list[float]]:
+    def runs_on(self, placement: Mapping[str, str] | None) -> list[list[float]]:
         """This config's runs on the card `placement` names: two cards of one model differ by several
         percent, so a comparison uses one card's runs only. Runs with no placement share one device."""
         where = card(placement)
         return [run for run, on in zip(self.runs, self.cards) if on == where]
+
+    def samples_on(self, placement: Mapping[str, str] | None) -> list[float]:
+        """The samples/s of those runs (`runs_on`), as each measurement gave it."""
+        where = card(placement)
+        return [speed for speed, on in zip(self.samples, self.cards) if on == where]
 
     def samples_on(self, placement: dict[str, Any] | None) -> list[float]:
         """The samples/s of those runs (`runs_on`), as each measurement gave it."""
@@ -73,25 +85,26 @@ class Incumbent:
 class Outcome:
     """What a run found, for the CLI and the report."""
 
-    frame: dict[str, Any]
-    baseline: dict[str, Any]
+    frame: JsonObject  # the completed frame (limits.Frame)
+    baseline: JsonObject  # the baseline's samples_per_s and first measurement
     best: Incumbent
-    records: list[dict[str, Any]]
+    records: list[TrialRecord]
     skipped: list[tuple[str, str]]
     noise_floor: float
     stop_reason: str
     wall_s: float = 0.0
-    best_measurement: dict[str, Any] | None = None
-    parallel: dict[str, Any] | None = None  # trials run at once on several GPUs: how, and the time saved
+    best_measurement: Measurement | None = None
+    parallel: JsonObject | None = None  # trials run at once on several GPUs: how, and the time saved
     device_runs: int = 0  # runs in a child process on the device, baseline included (what the user waits for)
     device_s: float = 0.0  # their wall times (the complete ones', start-up included)
 
     @property
     def best_speed(self) -> float:
         """Samples/s of the best config, from its own trial (the baseline's when nothing was kept)."""
-        best = self.baseline if self.best.trial == 0 else next(r for r in self.records if r["trial"] == self.best.trial)
-        speed: float = best["samples_per_s"]
-        return speed
+        if self.best.trial == 0:
+            speed = self.baseline["samples_per_s"]
+            return float(speed) if isinstance(speed, (int, float)) else 0.0
+        return next(r.samples_per_s or 0.0 for r in self.records if r.trial == self.best.trial)
 
     @property
     def speedup(self) -> float:
@@ -99,7 +112,7 @@ class Outcome:
         measured side by side with its incumbent, so the machine's drift over the run cancels."""
         return kept_product(self.records)
     folder: Path = field(default_factory=Path)
-    best_config: dict[str, Any] = field(default_factory=dict)  # best_config.json, once a tune wrote it
+    best_config: JsonObject = field(default_factory=dict)  # best_config.json, once a tune wrote it
 
 
 @dataclass(frozen=True)
@@ -118,7 +131,7 @@ class Started:
     """What `Tuner.begin` found: the completed frame, the baseline as the first incumbent, the
     baseline's first measurement (every parity check's reference) and the A/A noise floor."""
 
-    frame: dict[str, Any]
+    frame: JsonObject
     incumbent: Incumbent
-    base_measurement: dict[str, Any]
+    base_measurement: Measurement
     noise_floor: float

@@ -21,6 +21,10 @@ from ..config.job import Job
 from ..config.knobs import Knobs
 from ..output.records import RunFolder
 from ..util.io import truncate_durably
+from ..config.measurement import Measurement
+from ..config.records import TrialRecord
+from ..config.types import JsonObject
+from .limits import Frame, device_of
 from .state import LoopState
 
 
@@ -56,7 +60,7 @@ def load_run(root: Path, run: str) -> tuple[Job, list[str]]:
         raise DamagedRunError(f"RUN {run!r}: {folder.job} is not a job autotune wrote ({error}); {DAMAGED}") from None
 
 
-def stored(path: Path, run: str) -> dict[str, Any]:
+def stored(path: Path, run: str) -> JsonObject:
     """A JSON file of the run folder (job, state, frame), or one RecordError line naming it."""
     data = read_json(path, f"RUN {run!r}", DamagedRunError, hint=DAMAGED, follow=False)
     if not isinstance(data, dict):
@@ -114,7 +118,7 @@ def _restore(tuner: Any) -> None:
     baseline = records[0]
     if baseline["decision"] != "baseline" or baseline["state"] not in ("complete", "replayed"):
         raise JobError(f"RUN {job.run!r}: its baseline did not run ({baseline['state']}); start a new RUN")
-    _frame(tuner, state.frame_facts if state.covered else None, baseline["measurements"][0])
+    _frame(tuner, state.frame_facts if state.covered else None, Measurement.from_dict(baseline["measurements"][0]))
     if state.covered >= len(records):
         state.catch_up(records, job.start)  # the state was saved after the last record was written whole
         return
@@ -128,7 +132,7 @@ def _restore(tuner: Any) -> None:
     tuner.memory.sync(records[-1], before.knobs, before.profile)
 
 
-def _frame(tuner: Any, saved: dict[str, Any] | None, base: dict[str, Any]) -> None:
+def _frame(tuner: Any, saved: Frame | None, base: Measurement) -> None:
     """The completed frame: the state's (with the limits found since), else frame.json completed again
     with the baseline; measured again when the shared inputs the trials read are gone."""
     folder = tuner.folder
@@ -140,12 +144,12 @@ def _frame(tuner: Any, saved: dict[str, Any] | None, base: dict[str, Any]) -> No
     frame = stored(folder.frame, tuner.job.run) if folder.frame.exists() else None
     if frame is None or not inputs:
         frame = tuner.frame()
-    tuner.state.peaks = frame["device"]["peaks"]
+    tuner.state.peaks = device_of(frame)["peaks"]
     tuner.memory.start(frame)
     tuner.complete_frame({k: v for k, v in frame.items() if k != "schema_version"}, base)
 
 
-def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any], Job]:
+def review(root: Path, run: str, script: Any = None) -> tuple[Any, JsonObject, Job]:
     """The outputs of a run written again from its folder, without a device: (outcome, best config, job)."""
     job = load_job(root, run)
     folder = RunFolder(root, run)
@@ -159,29 +163,30 @@ def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any
                                   f"{': ' + str(error)[:200] if str(error) else ''}); {DAMAGED}") from None
 
 
-def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, Any], Job]:
+def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, JsonObject, Job]:
     from ..output.report import write_best_config, write_report, write_results_tsv
     from .outcome import Incumbent, Outcome
 
     run = folder.path.name
-    records = folder.read_experiments()
+    records = [TrialRecord.from_dict(r) for r in folder.read_experiments()]
     if not records or not folder.frame.exists():
         raise JobError(f"RUN {run!r}: no measured trial yet; nothing to review (`resume` continues it)")
     state = LoopState.load(folder.state, job.start) if folder.state.exists() else None
-    kept = [r for r in records if r["decision"] == "keep"]
+    kept = [r for r in records if r.decision == "keep"]
     best_record = kept[-1] if kept else records[0]
-    best = Incumbent(Knobs.from_dict(best_record["knobs"]), [m["samples_per_s"] for m in best_record["measurements"]],
-                     best_record["trial"])
+    best = Incumbent(Knobs.from_dict(dict(best_record.knobs)), [m.samples_per_s for m in best_record.measurements],
+                     best_record.trial)
+    base = records[0]
     outcome = Outcome(frame=stored(folder.frame, run),
-                      baseline={"samples_per_s": records[0]["samples_per_s"],
-                                "measurement": records[0]["measurements"][0] if records[0]["measurements"] else {}},
+                      baseline={"samples_per_s": base.samples_per_s,
+                                "measurement": base.measurements[0].to_dict() if base.measurements else {}},
                       best=best, records=records, skipped=list(state.skipped) if state else [],
-                      noise_floor=records[0].get("noise_floor") or 0.0,
+                      noise_floor=base.noise_floor or 0.0,
                       stop_reason=(state and state.stop_reason) or "not finished (reviewed while stopped)",
                       wall_s=round(state.elapsed_s, 1) if state else 0.0, folder=folder.path,
-                      best_measurement=best_record["measurements"][-1] if best_record["measurements"] else None,
-                      device_runs=state.runs if state else sum(len(r["measurements"]) for r in records),
-                      device_s=sum(state.walls) if state else sum(r["wall_s"] or 0.0 for r in records))
+                      best_measurement=best_record.measurements[-1] if best_record.measurements else None,
+                      device_runs=state.runs if state else sum(len(r.measurements) for r in records),
+                      device_s=sum(state.walls) if state else sum(r.wall_s for r in records))
     write_results_tsv(folder, records)
     config = write_best_config(folder, job, best.knobs, script)
     write_report(folder, job, outcome, config)

@@ -23,11 +23,13 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ..config.inputs import read_json
 from ..config.knobs import Knobs
+from ..config.measurement import Measurement
 from ..config.records import TrialRecord
+from ..config.types import JsonObject, KnobValue
 from ..reasoner import key
 from ..schemas import violation
 from ..util.errors import DamagedRunError, RecordError
@@ -49,9 +51,9 @@ class RunCounts:
     walls: list[float] = field(default_factory=list)  # wall time of each complete run
     slowest_s: float = 0.0         # the slowest complete run: a trial's timeout follows it
     budget_spent: bool = False     # a run was stopped at the end of the time budget
-    placement: dict[str, Any] | None = None  # where the latest run ran, until a record takes it
+    placement: dict[str, str] | None = None  # where the latest run ran, until a record takes it
 
-    def take_placement(self) -> dict[str, Any] | None:
+    def take_placement(self) -> dict[str, str] | None:
         """Where this record's runs ran (an executor with several GPUs says), taken by the record."""
         placement, self.placement = self.placement, None
         return placement
@@ -63,7 +65,7 @@ class LoopState:
     run_id: str
     incumbent: Incumbent
     started: float = field(default_factory=time.monotonic)  # time.monotonic() at the start (saved as elapsed)
-    records: list[dict[str, Any]] = field(default_factory=list)  # experiments.jsonl's, in order (not saved)
+    records: list[TrialRecord] = field(default_factory=list)  # experiments.jsonl's, in order (not saved)
     covered: int = 0                          # how many records the loaded file had taken in
     measured: set[tuple[Any, ...]] = field(default_factory=set)      # key() of every config measured
     # Changes that did not fit in memory, per incumbent: what a checkpointing claim may enable.
@@ -74,9 +76,9 @@ class LoopState:
     runs: int = 0                             # measurements so far: a run's folder NNN-MMM counts them
     noise_floor: float = 0.0
     trials_done: int = 0
-    peaks: dict[str, Any] = field(default_factory=dict)        # the device's measured peaks (the frame's)
-    frame_facts: dict[str, Any] = field(default_factory=dict)  # the completed frame, limits found since
-    placement: dict[str, Any] | None = None   # the node and GPU of the latest run, where an executor says
+    peaks: JsonObject = field(default_factory=dict)        # the device's measured peaks (the frame's)
+    frame_facts: JsonObject = field(default_factory=dict)  # the completed frame, limits found since (limits.Frame)
+    placement: dict[str, str] | None = None   # the node and GPU of the latest run, where an executor says
     stop_reason: str | None = None            # set when the loop ended
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
@@ -85,10 +87,9 @@ class LoopState:
         return cls(run=run, run_id=run_id, incumbent=Incumbent(start, [], 0))
 
     @property
-    def base(self) -> dict[str, Any]:
+    def base(self) -> Measurement:
         """The baseline's first measurement: the reference of every parity check."""
-        first: dict[str, Any] = self.records[0]["measurements"][0]
-        return first
+        return self.records[0].measurements[0]
 
     @property
     def elapsed_s(self) -> float:
@@ -103,43 +104,43 @@ class LoopState:
         self.budget_spent, self.placement = counts.budget_spent, counts.placement
 
     # -- what a record changes: the one place, live and on resume ----------------------------------
-    def conclude(self, record: dict[str, Any], change: str | None, measurements: list[dict[str, Any]],
+    def conclude(self, record: TrialRecord, change: str | None, measurements: Sequence[Measurement],
                  incumbent: Incumbent) -> Incumbent:
         """Take in a trial of `change` on `incumbent`: an OOM blocks the change on that incumbent; a keep
         makes the trial's config the incumbent, built from its measurements. Returns the incumbent that
         follows (the state's from now on)."""
         self.incumbent = incumbent
-        if TrialRecord.from_dict(record).outcome == "oom" and change is not None:
+        if record.outcome == "oom" and change is not None:
             self.blocked.setdefault(key(incumbent.knobs), set()).add(change)
-        if record["decision"] == "keep":
-            kept = Incumbent(Knobs.from_dict(record["knobs"]), [], record["trial"], profile=dict(incumbent.profile))
+        if record.decision == "keep":
+            kept = Incumbent(Knobs.from_dict(dict(record.knobs)), [], record.trial, profile=dict(incumbent.profile))
             for measurement in measurements:
-                kept.add(measurement, record.get("placement"))
+                kept.add(measurement, record.placement)
             self.incumbent = kept
         return self.incumbent
 
-    def catch_up(self, records: list[dict[str, Any]], start: Knobs) -> list[dict[str, Any]]:
+    def catch_up(self, stored: Sequence[Mapping[str, Any]], start: Knobs) -> list[TrialRecord]:
         """Take in the records this state does not cover (read back from experiments.jsonl); returns them.
 
         The measured configs, the incumbent, the OOM bookkeeping and the floor follow from each record;
         the wall times of runs not covered are estimated from their records (the mean of a trial's)."""
-        self.records = records
+        records = self.records = [r if isinstance(r, TrialRecord) else TrialRecord.from_dict(r) for r in stored]
         new = records[self.covered:]
         for index, record in enumerate(new, self.covered):
-            self.measured.add(key(Knobs.from_dict(record["knobs"])))
+            self.measured.add(key(Knobs.from_dict(dict(record.knobs))))
             if index == 0:  # the baseline: the user's config, measured in fresh processes
                 self.incumbent = Incumbent(start, [], 0)
-                for measurement in record["measurements"]:
-                    self.incumbent.add(measurement, record.get("placement"))
-                self.noise_floor = float(record["noise_floor"] or 0.0)
+                for measurement in record.measurements:
+                    self.incumbent.add(measurement, record.placement)
+                self.noise_floor = float(record.noise_floor or 0.0)
                 continue
-            if record["state"] == "complete" and record["measurements"]:
-                self.walls.append(record["wall_s"] / max(1, len(record["measurements"])))
+            if record.state == "complete" and record.measurements:
+                self.walls.append(record.wall_s / max(1, len(record.measurements)))
                 self.slowest_s = max(self.slowest_s, self.walls[-1])
-            self.conclude(record, record["change"], record["measurements"], self.incumbent)
+            self.conclude(record, record.change, record.measurements, self.incumbent)
         self.covered = max(self.covered, len(records))
         if new:
-            self.trials_done = new[-1]["trial"]
+            self.trials_done = new[-1].trial
         return new
 
     def fork(self) -> "LoopState":
@@ -149,9 +150,9 @@ class LoopState:
                                    incumbent=copy.deepcopy(self.incumbent))
 
     # -- the file ---------------------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         incumbent = self.incumbent
-        data = {
+        data: JsonObject = {
             "schema_version": SCHEMA_VERSION, "run": self.run, "run_id": self.run_id,
             # Saved after a trial is journaled and taken in: every record so far is in this state.
             "trials_done": self.trials_done, "records_covered": len(self.records),
@@ -170,15 +171,15 @@ class LoopState:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], start: Knobs) -> "LoopState":
+    def from_dict(cls, data: Mapping[str, Any], start: Knobs) -> "LoopState":
         """A state file's contents (validated); a version 1 file covers no record, so every one is
         caught up, as resume did before the state was explicit."""
         started = time.monotonic() - float(data.get("elapsed_s", 0))
-        ended: dict[str, Any] = dict(stop_reason=data.get("stop_reason"),
-                                     skipped=[tuple(s) for s in data.get("skipped", [])])
+        stop_reason: str | None = data.get("stop_reason")
+        skipped: list[tuple[str, str]] = [(s[0], s[1]) for s in data.get("skipped", [])]
         if data["schema_version"] == 1:
             return cls(run=data.get("run", ""), run_id=data.get("run_id") or "", incumbent=Incumbent(start, [], 0),
-                       started=started, **ended)
+                       started=started, stop_reason=stop_reason, skipped=skipped)
         saved = data["incumbent"]
         incumbent = Incumbent(Knobs.from_dict(data["incumbent_knobs"]), list(data["incumbent_samples"]),
                               data["incumbent_trial"], runs=saved["runs"], profile=saved["profile"],
@@ -188,7 +189,8 @@ class LoopState:
                    blocked={_key(b["incumbent"]): set(b["changes"]) for b in data["blocked"]},
                    walls=list(data["walls"]), slowest_s=data["slowest_s"], budget_spent=data["budget_spent"],
                    runs=data["runs"], noise_floor=data["noise_floor"], trials_done=data["trials_done"],
-                   peaks=data["peaks"], frame_facts=data["frame_facts"], placement=data["placement"], **ended)
+                   peaks=data["peaks"], frame_facts=data["frame_facts"], placement=data["placement"], stop_reason=stop_reason,
+                   skipped=skipped)
 
     def save(self, path: Path) -> None:
         """state.json, validated, whole or not at all (a full disk leaves the previous one)."""
@@ -213,6 +215,6 @@ class LoopState:
             raise DamagedRunError(f"RUN {run!r}: {path} is not a state autotune wrote ({error}); {DAMAGED}") from None
 
 
-def _key(knobs: dict[str, Any]) -> tuple[Any, ...]:
+def _key(knobs: Mapping[str, KnobValue]) -> tuple[tuple[str, KnobValue], ...]:
     """`reasoner.key` of a config stored as a dict (a key is its sorted items)."""
     return tuple(sorted(knobs.items()))

@@ -5,7 +5,7 @@ processes (one screening run, then pairs, more while undecided and more could de
 its share of the false-keep rate: autotune/loop/keep_rule.py over probes/sequential.py), its per-row losses
 match the baseline's (parity), and, when it moved a memory knob, its worst-case batch fits the device.
 Specs and timeouts: trial_spec.py; runs and extra pairs: measuring.py; one trial: trial.py; decisions
-on runs: verdict.py; a trial's record: recording.py.
+on runs: judge.py; what to try next: next_change.py; a trial's record: recording.py.
 
 The Tuner holds collaborators only (job, executor, run folder, memory, display, trackers, LLM, script)
 and keeps every piece of mutable loop state in `self.state`, a LoopState (state.py) saved to
@@ -29,13 +29,18 @@ from ..executors.base import Executor
 from ..config.job import Job
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
-from . import limits, verdict as decide
-from .limits import frame_limit, silent_limit
+from ..config.measurement import Decision, Measurement
+from ..config.messages import RunResult, thawed
+from ..config.records import TrialRecord
+from ..config.types import JsonObject
+from ..kb.features import FeatureView
+from . import judge, limits
+from .limits import Frame, device_of, frame_limit, limits_of, silent_limit
 from ..probes import stats
 from .learn import Memory
 from .measuring import Meter
 from .outcome import Asked, Incumbent, Outcome, Started, kept_product
-from .decide import next_hypotheses, warm_check
+from .next_change import next_hypotheses, warm_check
 from ..reasoner import Hypothesis, key, rank
 from ..output.records import RunFolder
 from ..util.io import write_json_atomic
@@ -82,7 +87,7 @@ class Tuner:
                                                    job.script.parsed, tuple(shlex.split(job.script.launcher)))
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[TrialRecord]:
         """The trials so far, baseline first (the state's; trackers and bench/ read them here)."""
         return self.state.records
 
@@ -108,7 +113,7 @@ class Tuner:
         """A Meter on a copy of the state's run counters (`tell`, or `measure`, takes them back)."""
         return Meter(self.executor, self.specs, self.state.peaks, self.state.counts(), self.display)
 
-    def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> dict[str, Any]:
+    def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> RunResult:
         """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`), counted
         in the state at once: the baseline's runs, and bench/record.py's, which are no trial."""
         meter = self.meter()
@@ -121,81 +126,80 @@ class Tuner:
         return self.meter().room_for(runs)
 
     # -- phases -----------------------------------------------------------------------------
-    def frame(self) -> dict[str, Any]:
+    def frame(self) -> Frame:
         if self.display:
             self.display.running(None, "frame: device, model and data")
         spec = self.specs.spec("frame", self.job.start, 0, self.state.peaks, peak_cache=read_peak_cache(self.kb))
-        result = self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S)
-        if result["state"] != "complete":
-            raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
-        remember_peaks(self.kb, result["frame"]["device"]["peaks"])
-        self.state.peaks = result["frame"]["device"]["peaks"]
-        self.memory.start(result["frame"])
-        write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
-        frame: dict[str, Any] = result["frame"]
+        result = RunResult.from_dict(self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S),
+                                     check=False)
+        if result.state != "complete" or result.frame is None:
+            raise AutotuneError(f"the frame step failed ({result.state}): {result.reason}")
+        frame: Frame = thawed(result.frame)
+        peaks = device_of(frame)["peaks"]
+        remember_peaks(self.kb, peaks)
+        self.state.peaks = peaks
+        self.memory.start(frame)
+        write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         return frame
 
-    def baseline(self) -> tuple[Incumbent, dict[str, Any], float]:
+    def baseline(self) -> tuple[Incumbent, Measurement, float]:
         past = self.memory.replay(self.job.start, self.job.start)
-        if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
-            return self._replayed_baseline(past)
+        if past is not None and past.state == "complete" and len(past.measurements) >= 2:
+            return self._replayed_baseline(past, str(past["experiment"]))
         # Where the knowledge base holds this device's run-to-run spread, one repeat less: the spread is
         # not the baseline's alone (learn.spread_prior). The first repeat also runs the worst-case batch.
         prior = self.memory.spread_prior()
         repeats = max(2, self.steps.baseline_repeats - 1) if prior else self.steps.baseline_repeats
         results = [self.measure(self.job.start, 0, f"baseline 1/{repeats}", True)]
-        if results[0]["state"] != "oom":
+        if results[0].state != "oom":
             results += [self.measure(self.job.start, 0, f"baseline {i + 1}/{repeats}") for i in range(1, repeats)]
-        complete = [r for r in results if r["state"] == "complete"]
+        complete = [r.measured() for r in results if r.state == "complete"]
         incumbent = Incumbent(self.job.start, [], 0)
-        for result in complete:
-            incumbent.add(result["measurement"])
+        for measurement in complete:
+            incumbent.add(measurement)
         floor = stats.noise_floor(incumbent.runs) if complete else 0.0
-        state = "oom" if results[0]["state"] == "oom" else ("complete" if complete else results[0]["state"])
-        record = self._record(0, None, self.job.start, state, "baseline",
-                              f"the user's config, measured {len(complete)} times in fresh processes; "
-                              f"A/A noise floor {floor:.2%}", [r["measurement"] for r in complete],
-                              wall=sum(r["wall_s"] for r in results))
+        state = "oom" if results[0].state == "oom" else ("complete" if complete else results[0].state)
+        record = self._record(state, f"the user's config, measured {len(complete)} times in fresh processes; "
+                              f"A/A noise floor {floor:.2%}", complete, wall=sum(r.wall_s for r in results))
         record["noise_floor"] = floor
         if prior is not None:
-            record["spread_prior"] = prior  # keep_rule.groups: a few df of this device's past runs
-        if results[0]["state"] == "oom" or len(complete) < 2:
-            failed = results[0] if results[0]["state"] == "oom" else next(r for r in results if r["state"] != "complete")
-            record["reason"] = f"baseline did not complete ({failed['state']}): {failed['reason']}"
-            record["stderr_tail"] = failed.get("stderr_tail")
+            # keep_rule.groups: a few df of this device's past runs
+            record["spread_prior"] = {"sd": prior.sd, "df": prior.df, "runs": prior.runs}
+        if results[0].state == "oom" or len(complete) < 2:
+            failed = results[0] if results[0].state == "oom" else next(r for r in results if r.state != "complete")
+            record["reason"] = f"baseline did not complete ({failed.state}): {failed.reason}"
+            record["stderr_tail"] = failed.stderr_tail
             self._journal(record)
-            raise AutotuneError(f"the baseline config did not run: {failed['state']}: {failed['reason']}")
-        return self._baseline_done(record, incumbent, floor)
+            raise AutotuneError(f"the baseline config did not run: {failed.state}: {failed.reason}")
+        return self._baseline_done(record, incumbent, complete[0], floor)
 
-    def _record(self, trial: int, change: str | None, knobs: Knobs, state: str, decision: str, reason: str,
-                measurements: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    def _record(self, state: str, reason: str, measurements: list[Measurement], wall: float) -> JsonObject:
         """A record of the baseline's runs, taking where they ran from the state's counters."""
         counts = self.state.counts()
-        record = recording.record(self.job.run, trial, change, knobs, state, decision, reason, measurements, wall,
-                                  counts.take_placement())
+        record = recording.record(self.job.run, 0, None, self.job.start, state, Decision("baseline", reason),
+                                  measurements, wall, counts.take_placement())
         self.state.take(counts)
         return record
 
-    def _replayed_baseline(self, past: dict[str, Any]) -> tuple[Incumbent, dict[str, Any], float]:
+    def _replayed_baseline(self, past: TrialRecord, experiment: str) -> tuple[Incumbent, Measurement, float]:
         incumbent = Incumbent(self.job.start, [], 0)
-        for measurement in past["measurements"]:
+        for measurement in past.measurements:
             incumbent.add(measurement)
         floor = stats.noise_floor(incumbent.runs)
-        if past.get("wall_s"):
+        if past.wall_s:
             # A trial's timeout follows the slowest measurement so far; the record says how long they took.
-            self.state.slowest_s = past["wall_s"] / max(1, len(past["measurements"]))
-        record = self._record(0, None, self.job.start, "replayed", "baseline",
-                              f"replayed from {past['experiment']} (same job, device and software; say `fresh` "
-                              f"to measure again); A/A noise floor {floor:.2%}", past["measurements"], wall=0.0)
-        record.update(noise_floor=floor, replayed_from=past["experiment"])
-        return self._baseline_done(record, incumbent, floor)
+            self.state.slowest_s = past.wall_s / max(1, len(past.measurements))
+        record = self._record("replayed", f"replayed from {experiment} (same job, device and software; say `fresh` "
+                              f"to measure again); A/A noise floor {floor:.2%}", list(past.measurements), wall=0.0)
+        record.update(noise_floor=floor, replayed_from=experiment)
+        return self._baseline_done(record, incumbent, past.measurements[0], floor)
 
-    def _baseline_done(self, record: dict[str, Any], incumbent: Incumbent,
-                       floor: float) -> tuple[Incumbent, dict[str, Any], float]:
+    def _baseline_done(self, record: JsonObject, incumbent: Incumbent, first: Measurement,
+                       floor: float) -> tuple[Incumbent, Measurement, float]:
         self._journal(record, self.job.start, None, incumbent.profile)
         self.state.measured.add(key(self.job.start))
         self.state.incumbent, self.state.noise_floor = incumbent, floor
-        return incumbent, record["measurements"][0], floor
+        return incumbent, first, floor
 
     def _budget_left(self, trials_done: int) -> str | None:
         if self.job.max_trials is not None and trials_done >= self.job.max_trials:
@@ -212,15 +216,16 @@ class Tuner:
         frame = self.frame()
         incumbent, base_measurement, floor = self.baseline()
         return Started(self.complete_frame(frame, base_measurement), incumbent, base_measurement, floor)
-    def complete_frame(self, frame: dict[str, Any], base_measurement: dict[str, Any]) -> dict[str, Any]:
+    def complete_frame(self, frame: Frame, base_measurement: Measurement) -> Frame:
         # The numerics opt-in holds for every runner: an MLP's or a script's frame does not know of it.
-        limits = frame.get("limits", [])
+        limits = limits_of(frame)
         limits = limits + [lim for lim in numerics_limits(self.job.allow_numerics_change) if lim not in limits]
-        frame = {**frame, "ceiling": base_measurement.get("ceiling"), "breakdown": base_measurement.get("breakdown"),
+        ceiling = base_measurement.ceiling
+        frame = {**frame, "ceiling": ceiling.to_dict() if ceiling else None, "breakdown": base_measurement.breakdown,
                  "limits": limits}
         if self.script is not None:
             # A script's model and data are seen only when it runs: the baseline's hooks read them.
-            frame.update(model=base_measurement.get("model") or {}, data=base_measurement.get("data") or {})
+            frame.update(model=base_measurement.model or {}, data=base_measurement.data or {})
         self.memory.start(frame)
         self.state.frame_facts = frame
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
@@ -249,7 +254,7 @@ class Tuner:
             from .parallel import ParallelTrials  # an executor with several GPUs: independent trials at once
 
             self.parallel = ParallelTrials(self)
-        baseline_speed = state.records[0]["samples_per_s"]
+        baseline_speed = state.records[0].samples_per_s or 0.0
         stop_reason, skipped = "every applicable change was tried", list[tuple[str, str]]()
         while True:
             asked = self.ask()
@@ -270,11 +275,12 @@ class Tuner:
         incumbent, records = state.incumbent, state.records
         self.memory.finish(records, incumbent.knobs, incumbent.trial, kept_product(records), baseline_speed,
                            stop_reason)
-        best_record = next(r for r in reversed(records) if r["trial"] == incumbent.trial)
-        outcome = Outcome(frame=state.frame_facts, baseline={"samples_per_s": baseline_speed, "measurement": state.base},
+        best_record = next(r for r in reversed(records) if r.trial == incumbent.trial)
+        outcome = Outcome(frame=state.frame_facts, baseline={"samples_per_s": baseline_speed,
+                                                             "measurement": state.base.to_dict()},
                           best=incumbent, records=records, skipped=skipped, noise_floor=state.noise_floor,
                           stop_reason=stop_reason, wall_s=state.elapsed_s, folder=self.folder.path,
-                          best_measurement=best_record["measurements"][-1],
+                          best_measurement=best_record.measurements[-1],
                           parallel=self.parallel.close() if self.parallel is not None else None,
                           device_runs=state.runs, device_s=sum(state.walls))
         return outcome
@@ -285,15 +291,15 @@ class Tuner:
         state = self.state
         incumbent, trial, frame = state.incumbent, state.trials_done, state.frame_facts
         features = self.memory.features(incumbent.knobs, incumbent.profile)
-        hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, state.measured,
+        hypotheses, skipped = rank(incumbent.knobs, device_of(frame), self.job.effective_batch, state.measured,
                                    self.memory.claims, features, state.blocked.get(key(incumbent.knobs), ()))
         warm = self.memory.warm_start(incumbent.knobs, state.measured) if trial == 0 else None
         if warm is not None:
             hypotheses.insert(0, warm)
         hypotheses, skipped = self._allowed(hypotheses, skipped)
         # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
-        least = decide.stop_floor(self.steps, state.records, state.noise_floor)
-        hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, state.records, frame["device"],
+        least = judge.stop_floor(self.steps, state.records, state.noise_floor)
+        hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, state.records, device_of(frame),
                                             self.job.effective_batch, state.measured, self.memory.claims,
                                             features, least, self._allowed, skipped)
         check = warm_check(incumbent.knobs, self.job.start, state.records, state.measured,
@@ -323,12 +329,13 @@ class Tuner:
         state.take(done.counts)
         state.measured.add(key(done.knobs))
         if done.limit is not None:
-            state.frame_facts.setdefault("limits", []).append(done.limit)
+            # In place: the knowledge base's run record holds the frame with the limits found since.
+            state.frame_facts["limits"] = [*limits_of(state.frame_facts), done.limit]
         self._journal(done.record, done.incumbent.knobs, done.hypothesis, done.incumbent.profile)
-        return state.conclude(done.record, done.hypothesis.change, done.measurements, done.incumbent)
+        return state.conclude(state.records[-1], done.hypothesis.change, done.measurements, done.incumbent)
 
-    def _journal(self, record: dict[str, Any], incumbent: Knobs | None = None, hypothesis: Hypothesis | None = None,
-                 profile: dict[str, Any] | None = None) -> None:
+    def _journal(self, record: JsonObject, incumbent: Knobs | None = None, hypothesis: Hypothesis | None = None,
+                 profile: JsonObject | None = None) -> None:
         """One journal: `record`, a trial of `hypothesis` on `incumbent` (whose latest ceiling and breakdown
         are `profile`), written once; with no `incumbent`, a record that teaches nothing (a baseline that
         did not run). The run folder's experiments.jsonl first (the source of truth `resume` reads), then
@@ -342,7 +349,7 @@ class Tuner:
             lesson = self.memory.plan(record, incumbent, self.memory.features(incumbent, profile), hypothesis)
             record["beliefs"] = lesson.events
         self.folder.append_experiment(record)
-        self.state.records.append(record)
+        self.state.records.append(TrialRecord.from_dict(record))
         if lesson is not None:
             self.memory.commit(lesson)
         if self.display:
@@ -350,14 +357,14 @@ class Tuner:
         for tracker in self.trackers:  # after the run folder has it: the folder is the source of truth
             tracker.trial(self, record)
 
-    def _first_on_start(self, frame: dict[str, Any], incumbent: Incumbent) -> Hypothesis | None:
-        """The change the ranking puts first on the user's config (decide.warm_check)."""
+    def _first_on_start(self, frame: Frame, incumbent: Incumbent) -> Hypothesis | None:
+        """The change the ranking puts first on the user's config (next_change.warm_check)."""
         features = self.memory.features(self.job.start, incumbent.profile)
-        ranked, _ = rank(self.job.start, frame["device"], self.job.effective_batch, self.state.measured, self.memory.claims,
+        ranked, _ = rank(self.job.start, device_of(frame), self.job.effective_batch, self.state.measured, self.memory.claims,
                          features, ())
         return next(iter(self._allowed(ranked, [])[0]), None)
 
-    def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
+    def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: Frame, features: FeatureView,
                  ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
         """The LLM's checked proposals go first, the ranking after; its new claims join the beliefs."""
         from ..reasoner.llm import prompt_context
@@ -365,8 +372,8 @@ class Tuner:
         assert self.llm is not None and self.job.llm is not None  # ask asks only with a proposer
         claims, records, model = self.memory.claims, self.state.records, self.job.llm.model
         context = prompt_context(features, incumbent.knobs, self.job.effective_batch, records, claims, ranked,
-                                 skipped, [r["change"] for r in records if r["change"]])
-        proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
+                                 skipped, [r.change for r in records if r.change])
+        proposal = self.llm.propose(context, incumbent.knobs, device_of(frame), self.job.effective_batch,
                                     self.state.measured, claims, features)
         proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
         for change, why in cannot:

@@ -132,6 +132,6 @@ def write_plots(folder: Path, outcome: Any) -> list[Path]:
     limit = (outcome.frame.get("ceiling") or {}).get("limit_bytes")
     written = [progress(records, outcome.noise_floor, folder / "progress.png"),
                memory(records, limit, folder / "memory.png")]
-    shares = breakdown(outcome.frame.get("breakdown"), (outcome.best_measurement or {}).get("breakdown"),
+    shares = breakdown(outcome.frame.get("breakdown"), (outcome.best_measurement.breakdown if outcome.best_measurement else None),
                        folder / "breakdown.png")
     return written + ([shares] if shares else [])

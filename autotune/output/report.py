@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from statistics import median
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ..config.job import Job
 from ..workloads.jobs import kind_of
@@ -24,7 +24,7 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def write_results_tsv(folder: RunFolder, records: list[dict[str, Any]]) -> None:
+def write_results_tsv(folder: RunFolder, records: Sequence[Mapping[str, Any]]) -> None:
     lines = ["\t".join(TSV_COLUMNS)]
     for r in records:
         peak = r.get("peak_memory_bytes")
@@ -293,7 +293,7 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
     lines += _compile_lines(outcome.records)
     lines += _belief_lines(outcome.records)
     lines += _llm_lines(folder.read_llm_calls(), job)
-    best_breakdown = (outcome.best_measurement or {}).get("breakdown")
+    best_breakdown = (outcome.best_measurement.breakdown if outcome.best_measurement else None)
     lines += ["", "## Where the time goes", "", _breakdown_line("baseline", outcome.frame.get("breakdown")),
               _breakdown_line("best", best_breakdown)]
     if outcome.skipped:

@@ -122,8 +122,10 @@ SLOW_PRODUCT_S = 0.5
 PROBE_SIZE = 256
 
 
-def measure(device: str, precisions: list[str]) -> dict[str, Any]:
-    flops, sizes = {}, {}
+def _products(device: str, precisions: list[str]) -> tuple[dict[str, float], dict[str, int]]:
+    """FLOP/s and product size per precision; 0 for a dtype the device cannot multiply."""
+    flops: dict[str, float] = {}
+    sizes: dict[str, int] = {}
     for precision in precisions:
         try:
             # Only a CPU emulates a precision that slowly. On a GPU a probe-sized product is bound by its
@@ -134,6 +136,21 @@ def measure(device: str, precisions: list[str]) -> dict[str, Any]:
             flops[precision] = probe if sizes[precision] == PROBE_SIZE else matmul_flops(device, precision)
         except RuntimeError:  # a dtype this device cannot multiply
             flops[precision], sizes[precision] = 0.0, 0
+    return flops, sizes
+
+
+def fastest_product(device: str, precisions: list[str]) -> tuple[str, float]:
+    """The fastest product this device runs now, in any of `precisions`, and that precision: a bound no
+    step can beat, read again where a trial went over its recorded peak. That peak may have been taken
+    while the shared cores were busy, or a CPU that emulates bf16 runs the model's own products (some
+    kept in fp32) faster than its bf16 probe."""
+    flops, _ = _products(device, precisions)
+    precision = max(flops, key=lambda name: flops[name])
+    return precision, flops[precision]
+
+
+def measure(device: str, precisions: list[str]) -> dict[str, Any]:
+    flops, sizes = _products(device, precisions)
     return {"fingerprint": fingerprint(device), "matmul_flops": flops, "matmul_size": sizes,
             "copy_bytes_per_s": copy_bandwidth(device),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}

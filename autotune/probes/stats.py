@@ -23,6 +23,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -45,7 +46,7 @@ class Comparison:
     reason: str         # one line for the user
 
 
-def throughput(step_times: list[float], rows_per_step: int) -> float:
+def throughput(step_times: Sequence[float], rows_per_step: int) -> float:
     """Rows per second of one run: rows_per_step x steps / total time (not a mean of per-step rates,
     which would over-weight the short steps)."""
     return rows_per_step * len(step_times) / math.fsum(step_times)

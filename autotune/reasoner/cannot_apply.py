@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..config.types import KnobValue
+
 # Said by torch, transformers, accelerate and TRL when the device or the install lacks something.
 _FIXED = re.compile("|".join((
     r"doesn't support (bf16|fp16|tf32)", r"does not support (bf16|fp16|bfloat16|float16)",
@@ -34,7 +36,7 @@ def fixed_reason(reason: str | None, stderr: str | None = None) -> str | None:
     return None
 
 
-def blamed(reason: str, changes: tuple[Any, ...] | list[Any]) -> tuple[str, object] | None:
+def blamed(reason: str, changes: tuple[Any, ...] | list[Any]) -> tuple[str, KnobValue] | None:
     """Which one change of a hypothesis a machine-or-install crash is about: the only change, or, in a
     combination, the one whose value the reason names (`bf16` in "doesn't support bf16"). None where
     the reason names none of them: the combination's other changes stay untried, not refused."""

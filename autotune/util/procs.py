@@ -21,6 +21,12 @@ import time
 from pathlib import Path
 
 TAG_ENV = "AUTOTUNE_TRIAL_TAG"
+
+
+def short_tmp_name(tag: str) -> str:
+    """The name of a trial's short temporary folder (under /tmp, where its own folder's path is too long
+    for sockets): found again by the trial itself when its tuner is gone, as by the executor."""
+    return f"autotune-{os.getuid()}-{tag}"
 _PR_SET_CHILD_SUBREAPER = 36
 ROUNDS = 20
 _reaping = False   # whether this process was made a subreaper (orphans reparent to it only then)

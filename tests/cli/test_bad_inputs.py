@@ -103,6 +103,8 @@ def make_world(root: Path) -> None:
                        ("dup_nested.yaml", "model: mlp\nonly: [padding]\nseed: 1\nseed: 2\n")):
         (jobs / name).write_text(text)
     (jobs / "nul.yaml").write_bytes(b"model: mlp\x00\nmax_len: 64\n")
+    for name in ("loop.json", "loop.png"):  # a link that names itself
+        (root / name).symlink_to(root / name)
     ssh = root / "ssh"
     ssh.mkdir()
     marker = root / "ran"  # no case may make it: a command of an SSH config ran
@@ -119,6 +121,8 @@ def make_world(root: Path) -> None:
                           ("self_parent", {"claims": [{**claim, "id": "X3", "parent": "X3"}]}),
                           ("list_id", {"claims": [{**claim, "id": ["X1"], "parent": None}]}),
                           ("list_event_claim", {"claim_history": [{"claim": ["P01"], "op": "evidence"}]}),
+                          ("number_children", {"claim_history": [{"claim": "P01", "op": "split", "children": 5}]}),
+                          ("number_evidence", {"claim_history": [{"claim": "P01", "op": "evidence", "evidence": 5}]}),
                           ("list_trial_number", {"trials": [{"schema_version": 1, "run_id": "r", "trial": [1]}]})):
         (root / f"{name}.json").write_text(json.dumps({"schema_version": 1, "claims": [], "claim_history": [],
                                                        "runs": [], "trials": [], **content}))
@@ -300,6 +304,10 @@ CASES = [
     ("kb-import-list-for-an-id", ["kb", "import", "list_id.json"], 2, "claim id ['X1'] is not plain", ()),
     ("kb-import-list-for-a-claim", ["kb", "import", "list_event_claim.json"], 2, "history event claim", ()),
     ("kb-import-list-for-a-trial-number", ["kb", "import", "list_trial_number.json"], 2, "not a whole number", ()),
+    ("kb-import-children-a-number", ["kb", "import", "number_children.json"], 2, "children are not a list", ()),
+    ("kb-import-evidence-a-number", ["kb", "import", "number_evidence.json"], 2, "evidence is not an object", ()),
+    ("kb-export-to-a-looping-link", ["kb", "export", "loop.json"], 2, "a symbolic link that loops", ()),
+    ("kb-graph-to-a-looping-link", ["kb", "graph", "loop.png"], 2, "a symbolic link that loops", ()),
     ("kb-import-parent-cycle", ["kb", "import", "cycle.json"], 2, "form a cycle", ("kb",)),  # read: its lock
     ("kb-import-own-parent", ["kb", "import", "self_parent.json"], 2, "form a cycle", ("kb",)),
     # issue 27: usage errors are one line too
@@ -315,8 +323,9 @@ CASES = [
 
 
 def snapshot(root: Path) -> dict[str, tuple[bool, int, int]]:
-    """Every path under root with (is folder, mtime, size): a file written, made or removed shows."""
-    return {str(p.relative_to(root)): (p.is_dir(), p.stat().st_mtime_ns, p.stat().st_size)
+    """Every path under root with (is folder, mtime, size): a file written, made or removed shows. A link
+    is read as itself (the world plants links that loop)."""
+    return {str(p.relative_to(root)): (p.is_dir(), p.lstat().st_mtime_ns, p.lstat().st_size)
             for p in root.rglob("*")}
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from autotune.executors.local import LocalExecutor
+from autotune.util import procs
 
 # Two daemons, each a grandchild in a session of its own whose parent has exited: one keeps the
 # environment, one runs with an empty one. Then a tiny training loop (or, with HANG, no step at all).
@@ -104,10 +105,12 @@ def test_a_trial_ends_every_process_its_script_started_and_its_temporary_files(t
 def test_the_command_piped_to_a_reader_reaches_the_end_with_nothing_left(tmp_path, request):
     folder, pids, _ = project(tmp_path)
     command = Path(sys.executable).with_name("autotune")
-    # A short $TMPDIR, as a user's is: under pytest-xdist tmp_path is deep enough that the fork server's
-    # socket in it would pass AF_UNIX's 107 bytes before autotune did anything.
-    user_tmp = Path(tempfile.mkdtemp(prefix="at-user-", dir="/tmp"))
-    request.addfinalizer(lambda: shutil.rmtree(user_tmp, ignore_errors=True))
+    # A $TMPDIR too deep for AF_UNIX sockets (a scheduler's per-job scratch folder): the fork server's
+    # socket, and the trials' temporary files, go to short private folders instead, removed at the end.
+    top = Path(tempfile.mkdtemp(prefix="at-user-", dir="/tmp"))
+    request.addfinalizer(lambda: shutil.rmtree(top, ignore_errors=True))
+    user_tmp = top / ("scratch-" * 12)
+    user_tmp.mkdir()
     started = time.monotonic()
     # stdout is a pipe read to its end, as `| tee log` reads it: any process left holding it would hang here.
     done = subprocess.run([str(command), "tune", "c", "script=train.py", "max_len=8", "smoke", "max_trials=1", "fresh"],
@@ -133,17 +136,40 @@ OWNER = textwrap.dedent('''
 def test_a_tuner_killed_mid_trial_takes_the_trials_daemons_with_it(tmp_path):
     # The tuner gets SIGKILL: nobody is left to look for the trial's processes but the trial itself,
     # which sees its owner go and ends its descendants (the daemons too) before its own session.
+    # Its folder is too deep for sockets, so its temporary files are in a short folder under /tmp, which
+    # the trial takes back itself: the tuner that would have is gone.
     folder, pids, _ = project(tmp_path, hang=True)
-    trial = tmp_path / "runs" / "r" / "trials" / "1"
+    trial = tmp_path / ("deep-" * 12) / "runs" / "r" / "trials" / "1"
     owner = subprocess.Popen([sys.executable, "-c", OWNER, json.dumps(spec(folder, trial)), str(trial)])
+    short = Path("/tmp") / procs.short_tmp_name(f"{owner.pid}.1")
     deadline = time.monotonic() + 120
     while (not pids.exists() or len(pids.read_text().split()) < 2) and time.monotonic() < deadline:
         time.sleep(0.2)
     daemons = [int(p) for p in pids.read_text().split()]
-    assert len(daemons) == 2 and all(running(p) for p in daemons)
+    assert len(daemons) == 2 and all(running(p) for p in daemons) and short.is_dir()
     owner.kill()
     owner.wait()
     deadline = time.monotonic() + 30
-    while [p for p in daemons if running(p)] and time.monotonic() < deadline:
+    while ([p for p in daemons if running(p)] or short.exists()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in daemons if running(p)]
+    assert not [p for p in daemons if running(p)] and not short.exists()
+
+
+def test_a_tuner_interrupted_while_its_trial_starts_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    """The first trial waits seconds for the fork server's imports: a Ctrl-C or SIGTERM then (the CLI turns
+    both into KeyboardInterrupt) still takes back the trial's temporary folder, a short one under /tmp too."""
+    folder, _, _ = project(tmp_path)
+    trial = tmp_path / ("deep-" * 12) / "runs" / "r" / "trials" / "1"   # too deep: its folder is a short one
+    made = []
+
+    def interrupted(self, spec, trial_dir, tag):
+        made.append(local.trial_tmp(trial_dir, tag))
+        assert made[-1].is_dir()
+        raise KeyboardInterrupt
+
+    from autotune.executors import local
+
+    monkeypatch.setattr(LocalExecutor, "_start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        LocalExecutor().run(spec(folder, trial), trial, 60)
+    assert made and made[0].parent == local.short_base() and not made[0].exists()

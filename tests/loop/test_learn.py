@@ -12,6 +12,7 @@ import pytest
 from conftest import TINY, TINY_WORDS
 from tests.loop.test_tuner import TableExecutor
 
+from autotune.config.records import TrialRecord
 from autotune.workloads.jobs import job_from_dict, job_from_words
 from autotune.kb import Store, kb_folder
 from autotune.kb.beliefs import Beliefs
@@ -29,8 +30,8 @@ def tune(tmp_path, executor, run: str, fresh: bool = False, **changes: Any):
     return tuner, tuner.run()
 
 
-def record(trial: int, decision: str, ratio: float | None = None) -> dict:
-    return {"trial": trial, "decision": decision, "ratio": ratio}
+def record(trial: int, decision: str, ratio: float | None = None) -> TrialRecord:
+    return TrialRecord.from_dict({"trial": trial, "decision": decision, "ratio": ratio})
 
 
 def test_trials_to_best_is_the_first_trial_within_five_percent_of_the_final_speedup():

@@ -190,10 +190,12 @@ def test_an_incumbent_rebuilt_from_records_or_the_knowledge_base_keeps_each_runs
     from autotune.loop.outcome import Incumbent
 
     here, there = {"node": "10.0.0.1", "gpu": "0"}, {"node": "10.0.0.1", "gpu": "1"}
+    from autotune.config.measurement import Measurement
+
     run = {"samples_per_s": 2.0, "step_times_s": [0.5, 0.5]}
     incumbent = Incumbent(tiny_job().start, [], 0)
-    incumbent.add(dict(run, placement=here))
-    incumbent.add(run, placement=there)  # an older record: the placement is the trial's
-    incumbent.add(run)  # a local run: no card
+    incumbent.add(Measurement.from_dict(dict(run, placement=here)))
+    incumbent.add(Measurement.from_dict(run), placement=there)  # an older record: the placement is the trial's
+    incumbent.add(Measurement.from_dict(run))  # a local run: no card
     assert incumbent.runs_on(here) == incumbent.runs_on(there) == incumbent.runs_on(None) == [[0.5, 0.5]]
     assert _slim(dict(run, placement=here, device="cpu"))["placement"] == here

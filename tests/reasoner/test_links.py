@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from autotune.loop.decide import next_hypotheses
+from autotune.loop.next_change import next_hypotheses
 from autotune.config.knobs import Knobs
 from autotune.reasoner import Hypothesis
 from autotune.reasoner.links import linked, refuted, reverts

@@ -97,12 +97,12 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
     style = parsers.style_of(tree)
     flags, named = parsers.read_args(args)
     found = Discovery(style=style.kind)
-    seen = {path.resolve() for path, _ in configs}
+    seen = {os.path.realpath(path) for path, _ in configs}
     configs = list(configs)
     for label in named:
         path = cwd / Path(label).expanduser()
-        if path.is_file() and path.resolve() not in seen:
-            seen.add(path.resolve())
+        if path.is_file() and os.path.realpath(path) not in seen:
+            seen.add(os.path.realpath(path))
             configs.append((path, label))
             found.arg_configs.append(label)
     for path, label in configs:

@@ -4,8 +4,8 @@ nothing the script writes, truncates, renames or deletes there can reach the use
 The folder the tune runs from is copied whole into the trial's `tree/` (a reflink where the file system
 can share blocks, btrfs or XFS, else a plain copy), leaving out what is never an input: `.git`,
 `__pycache__` and the runs folder itself where it sits inside. A link inside the folder is copied as
-what it points to (a write through a link would reach its target); a dangling one is left out (a write
-through it would create its target). The copy has a cap, checked when the job is read and again by
+what it points to (a write through a link would reach its target); a dangling or looping one is left
+out (a write through it would create its target; there is nothing to read through a loop). The copy has a cap, checked when the job is read and again by
 each trial: AUTOTUNE_TREE_CAP_MB (default 2048) of files and AUTOTUNE_TREE_CAP_FILES (default 100000)
 files and folders. FIFOs, sockets and devices are never copied (reading one could block a trial).
 """
@@ -53,7 +53,8 @@ def _refuse(root: Path, what: str) -> JobError:
 def plan(root: Path, exclude: list[Path] | tuple[Path, ...] = ()) -> Plan:
     """What a copy of `root` holds, within the caps (JobError naming the way out past them)."""
     root = Path(root).resolve()
-    left_out = {Path(p).resolve() for p in exclude}
+    # realpath, not Path.resolve: on Python < 3.13 resolve raises RuntimeError on a link that loops.
+    left_out = {Path(os.path.realpath(p)) for p in exclude}
     cap_bytes, cap_files = _cap(CAP_MB_ENV, CAP_MB) * 2 ** 20, _cap(CAP_FILES_ENV, CAP_FILES)
     out = Plan(root)
     seen: set[tuple[int, int]] = set()   # folders by (device, inode): a link back up is not followed round
@@ -67,12 +68,12 @@ def plan(root: Path, exclude: list[Path] | tuple[Path, ...] = ()) -> Plan:
         out.folders.append(relative)
         for entry in sorted(os.scandir(folder), key=lambda e: e.name):
             path = Path(entry.path)
-            if entry.name in SKIPPED or path.resolve() in left_out or path in left_out:
+            if entry.name in SKIPPED or Path(os.path.realpath(path)) in left_out or path in left_out:
                 continue
             try:
                 target = path.stat()   # follows a link: its target is what the script would read
             except OSError:
-                continue               # a dangling link: nothing to read, and a write would create its target
+                continue               # a dangling or looping link: nothing to read; a write could create its target
             if len(out.files) + len(out.folders) > cap_files:
                 raise _refuse(root, f"more than {cap_files} files and folders")
             if stat.S_ISDIR(target.st_mode):

@@ -89,8 +89,11 @@ def test_a_script_that_writes_renames_and_deletes_leaves_the_users_folder_as_it_
     assert not (trial / "work" / "tree").exists()          # the trial's copy goes with the trial
 
 
-def test_the_copy_leaves_out_git_caches_the_runs_folder_and_dangling_links(tmp_path):
+def test_the_copy_leaves_out_git_caches_the_runs_folder_and_dangling_or_looping_links(tmp_path):
     folder = user_folder(tmp_path)
+    (folder / "loop_a").symlink_to(folder / "loop_b")
+    (folder / "loop_b").symlink_to(folder / "loop_a")
+    (folder / "itself").symlink_to(folder / "itself")
     for name in (".git/objects/x", "__pycache__/train.cpython-311.pyc", "runs/old/experiments.jsonl"):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("x")

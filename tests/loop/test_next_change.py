@@ -4,7 +4,7 @@ where it could win, and the single changes the beliefs support before undoing pa
 from __future__ import annotations
 
 from autotune.kb.claims import Claim
-from autotune.loop.decide import next_hypotheses, warm_check
+from autotune.loop.next_change import next_hypotheses, warm_check
 from autotune.reasoner import Hypothesis, key
 from tests.reasoner.test_links import CPU, START, allow_all, baseline, trial
 
