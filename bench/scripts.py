@@ -107,6 +107,8 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             tuner.folder.create(job.to_dict())
             frame = tuner.frame()
             grid = list(configs(case.grid, job.start, frame["device"], job.effective_batch))
+            if not grid:
+                raise ValueError(f"{case.name}: no config of the grid can run here")
             once = []
             for index, knobs in enumerate(grid, 1):
                 result = tuner.measure(knobs, index, "grid", ceiling=False)
