@@ -2,10 +2,15 @@
 
 The library API (the CLI is a client of it):
 
-    import autotune
+    import logging, autotune
+    logging.basicConfig(level=logging.INFO)         # one line per trial on the "autotune" logger
     job = autotune.job_from_dict("demo", {"model": "mlp", "smoke": True})
-    outcome = autotune.tune(job, runs_dir="runs")   # an Outcome; runs/demo/ holds the report and configs
+    outcome = autotune.tune(job, runs_dir="runs", callbacks=[MyCallback()])   # runs/demo/: report, configs
     advice = autotune.suggest(model="Qwen/Qwen2.5-7B", max_len=2048, effective_batch=16, gpu="4090")
+    advice.best.change                              # the change most worth a device run, from the beliefs
+
+`Callback` (on_trial, on_end, on_stop) observes a tune; `Tuner` is the ask / run_trial / tell loop
+that `tune` drives.
 
 Names are imported on first use, so `import autotune` stays cheap (no torch, no transformers).
 """
@@ -17,6 +22,8 @@ __version__ = "0.1.0"
 # Public name -> the module that defines it.
 _EXPORTS = {"tune": "api", "suggest": "api", "Job": "config.job", "job_from_dict": "api",
             "job_from_words": "api", "Knobs": "config.knobs", "Outcome": "loop.outcome",
+            "Callback": "loop.callbacks", "Advice": "loop.suggestion", "SuggestedChange": "loop.suggestion",
+            "TrialRecord": "config.records", "Tuner": "loop.tuner",
             "AutotuneError": "util.errors", "JobError": "util.errors"}
 __all__ = ["__version__", *_EXPORTS]
 

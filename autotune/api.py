@@ -1,5 +1,6 @@
-"""The library API: `tune(job) -> Outcome` and `suggest(**keys)`, what `autotune tune` and `autotune
-suggest` do, for a caller in Python. The CLI parses its words into a Job and calls `tune` here.
+"""The library API: `tune(job, callbacks=...) -> Outcome` and `suggest(**keys) -> Advice`, what `autotune
+tune` and `autotune suggest` do, for a caller in Python. The CLI parses its words into a Job, installs its
+console display on the "autotune" logger and calls `tune` here.
 
 Nothing here imports torch or transformers at import time: trials run in child processes, and the
 loop's modules are imported when a tune starts.
@@ -10,11 +11,13 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from .executors.base import Executor
 from .config.job import Job
+from .loop.callbacks import Callback
 from .loop.outcome import Outcome
+from .loop.suggestion import Advice
 from .util.errors import JobError
 
 # AUTOTUNE_TEST_INJECT="3:oom,4:crash": a fault in a trial, for end-to-end tests of the states.
@@ -105,16 +108,19 @@ def job_from_dict(run: str, keys: dict[str, Any], runs_dir: str | Path = "runs")
 
 
 def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "runs", fresh: bool = False,
-         resume: bool = False) -> Outcome:
+         resume: bool = False, callbacks: Sequence[Callback] = ()) -> Outcome:
     """Run the whole loop on `job` into `runs_dir`/RUN/ and hand over the best config; its Outcome, with
-    `best_config` holding what best_config.json holds. Progress goes to stdout as the CLI shows it.
+    `best_config` holding what best_config.json holds. Progress is logged to the "autotune" logger (one
+    INFO line per trial; configure `logging` to see it); the CLI draws it on the console.
 
     `executor`: where trials run (default: the job's host= one; one given here is the caller's to close).
     `fresh`: measure every trial, even those the knowledge base holds; `resume`: continue the run's folder.
+    `callbacks`: `autotune.Callback`s told of each trial, the end, or an early stop.
     Bad input raises JobError, other failures AutotuneError; a failing trial is a state in the records."""
-    from .output.display import Progress
     from .executors import get_executor
+    from .loop.callbacks import CallbackTracker
     from .loop.tuner import Tuner
+    from .output.events import Events
 
     runs = Path(runs_dir)
     if not resume:
@@ -124,22 +130,23 @@ def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "run
     own = executor is None
     if executor is None:
         executor = get_executor(job.host, job.run, job.ssh.key, job.ssh.trust_new, job.ssh.python, job.ssh.config)
-    display = Progress(max_trials=job.max_trials, time_budget_s=job.time_budget_s)
+    display = Events()
     tuner = Tuner(job, executor, runs, display, _inject_from_env(), fresh=fresh)
+    tuner.trackers.extend(CallbackTracker(callback) for callback in callbacks)
     # One lock from the first write to the report: a second `tune RUN` or `resume` stops (exit 2) until then.
     with tuner.folder.locked():
         return _tune(tuner, job, resume, executor, display, own)
 
 
 def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: bool) -> Outcome:
-    from .output.display import shown
     from .output.realize import hand_over
     from .output.report import write_best_config, write_report, write_results_tsv
 
     if tuner.script is not None:
-        display.console.print("your script, as autotune reads it (the script and its configs are never changed; trials run on copies):", highlight=False)
+        display.note("your script, as autotune reads it (the script and its configs are never changed; trials run "
+                     "on copies):")
         for line in tuner.script.listing():
-            display.console.print(f"  {shown(line)}", highlight=False, soft_wrap=True)
+            display.note(f"  {line}")
     try:
         outcome = tuner.run(resume=resume)
         if not job.is_mlp and tuner.script is None:
@@ -163,19 +170,20 @@ def _tune(tuner: Any, job: Job, resume: bool, executor: Any, display: Any, own: 
     display.final_table(outcome, str(tuner.folder.path))
     for label, edits in config.get("config_edits", {}).items():
         settings = ", ".join(f"{key}: {value}" for key, value in edits.items())
-        display.console.print(shown(f"set in {label}: {settings}"), highlight=False, soft_wrap=True)
+        display.note(f"set in {label}: {settings}")
     if config.get("realized"):
-        display.console.print(shown(config["realized"].replace("**", "")), highlight=False, soft_wrap=True)
-    display.console.print(shown(f"ready to run: {config['command']}"), highlight=False, soft_wrap=True)
+        display.note(config["realized"].replace("**", ""))
+    display.note(f"ready to run: {config['command']}")
     outcome.best_config = config
     return outcome
 
 
-def suggest(**keys: Any) -> dict[str, Any]:
-    """What `autotune suggest key=value ...` advises, from the beliefs alone (no device): the object
-    `--json` prints (schema_version, features, start, notes, hypotheses best first, skipped). Keys as the
+def suggest(**keys: Any) -> Advice:
+    """What `autotune suggest key=value ...` advises, from the beliefs alone (no device), typed: its
+    `changes` best first, `skipped`, `notes`; `to_dict()` is the object `--json` prints. Keys as the
     command takes them: `suggest(model="Qwen/Qwen2.5-7B", max_len=2048, effective_batch=16, gpu="4090")`."""
     from .config.job_files import words_of
-    from .loop.advice import advise
+    from .loop import advice
+    from .loop.suggestion import Advice
 
-    return advise(words_of(keys, "suggest"))
+    return Advice.from_dict(advice.advise(words_of(keys, "suggest")))

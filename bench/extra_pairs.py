@@ -26,6 +26,7 @@ from typing import Any
 
 from autotune.workloads.jobs import job_from_words
 from autotune.loop.tuner import StepBudget, Tuner
+from bench.floor_rule import FLOOR
 
 FRAME = {"device": {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": False, "fused_adamw": True,
                     "memory_bytes": 8 * 2**30, "name": "simulated cpu",
@@ -66,8 +67,8 @@ def tune(root: Path, seed: int, gain: float, spread: float, rule: str) -> tuple[
     where = root / f"{gain}-{spread}-{seed}-{rule}"
     os.environ["AUTOTUNE_KB"] = str(where / "kb")  # each tune from the priors alone
     tuner = Tuner(job, executor, where)
-    tuner.steps = (StepBudget(measure_steps=len(WORKLOAD), warmup_max=0, extra_pairs=2, keep_rule="floor")
-                   if rule == "floor" else StepBudget(measure_steps=len(WORKLOAD), warmup_max=0, keep_rule=rule))
+    tuner.steps = (StepBudget(measure_steps=len(WORKLOAD), warmup_max=0, extra_pairs=2, keep_rule=FLOOR)
+                   if rule == "floor" else StepBudget(measure_steps=len(WORKLOAD), warmup_max=0))
     return tuner.run().records[1:], executor.runs
 
 

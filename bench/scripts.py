@@ -3,7 +3,8 @@
     python -m bench.scripts [--only plain_yaml] [--time 6m] [--rounds 2] [--no-save]
 
 Each case is a script written for this benchmark (bench/byo/, not the examples' own) on a tiny model
-built from a config and generated rows. Per case, in one run so the machine's load cancels:
+built from a config and generated rows; a case's `setup` (bench/byo_setup.py) makes in its copy what
+is not committed: TRL's installed sft.py, a tiny model folder, data files. Per case, in one run so the machine's load cancels:
 1. `autotune tune CASE script=... smoke time=T only=KNOBS --json` through the console script, in a
    fresh copy of bench/byo with its own knowledge base: autotune's pick.
 2. Every config of the case's grid over the same KNOBS (those autotune is held to), each once, as a
@@ -30,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import byo_setup
+
 ROOT = Path(__file__).resolve().parents[1]
 BYO = ROOT / "bench" / "byo"
 RESULTS = ROOT / "bench" / "results" / "scripts.json"
@@ -40,9 +43,14 @@ class Case:
     name: str
     words: tuple[str, ...]          # after `autotune tune NAME`, paths relative to the copy's root
     grid: dict[str, tuple] = field(default_factory=dict)
+    setup: str = ""                 # a function of bench.byo_setup that prepares the copy (files made at run time)
 
     def only(self) -> str:
         return "only=" + ",".join(self.grid)
+
+    def held(self, knobs: dict[str, Any]) -> dict[str, Any]:
+        """A config's values of the knobs the case holds autotune to (the rest are the start's)."""
+        return {name: knobs[name] for name in self.grid}
 
 
 CASES = (
@@ -51,6 +59,21 @@ CASES = (
           "group_by_length": (False, True), "attn_implementation": ("eager", "sdpa")}),
     Case("nano_windows", ("script=byo/nano_windows.py", "script_configs=byo/nano_windows.yaml"),
          {"per_device_train_batch_size": (1, 2, 4, 8, 16)}),
+    Case("hf_trainer", ("script=byo/hf_trainer.py", "script_args=byo/hf_trainer.yaml"),
+         {"per_device_train_batch_size": (1, 4, 16), "padding": ("max_length", "longest"),
+          "group_by_length": (False, True), "attn_implementation": ("eager", "sdpa")}),
+    Case("trl_sft", ("script=trl/sft.py", "script_args=--config byo/trl_sft.yaml"),
+         {"precision": ("bf16", "fp32"), "gradient_checkpointing": (True, False),
+          "per_device_train_batch_size": (1, 8), "padding": ("max_length", "longest")}, setup="trl_sft"),
+    Case("accel_loop", ("script=byo/accel_loop.py",),
+         {"per_device_train_batch_size": (2, 4, 8), "padding": ("max_length", "longest"),
+          "attn_implementation": ("eager", "sdpa")}),
+    Case("accel_launch", ("script=byo/accel_loop.py", "script_launcher=accelerate launch"),
+         {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (2, 8), "padding": ("max_length", "longest")}),
+    Case("pl_trainer", ("script=byo/pl_trainer.py", "script_args=byo/pl_trainer.yaml"),
+         {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (1, 4, 8), "padding": ("max_length", "longest")}),
+    Case("pl_cli", ("script=byo/pl_cli.py", "script_args=fit --config byo/pl_cli.yaml"),
+         {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (1, 4, 16), "padding": ("max_length", "longest")}),
 )
 
 
@@ -84,14 +107,17 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             tuner.folder.create(job.to_dict())
             frame = tuner.frame()
             grid = list(configs(case.grid, job.start, frame["device"], job.effective_batch))
+            if not grid:
+                raise ValueError(f"{case.name}: no config of the grid can run here")
             once = []
             for index, knobs in enumerate(grid, 1):
                 result = tuner.measure(knobs, index, "grid", ceiling=False)
                 speed = result.measured().samples_per_s if result.state == "complete" else None
-                once.append({"knobs": knobs.to_dict(), "state": result.state, "samples_per_s": speed})
+                once.append({"knobs": case.held(knobs.to_dict()), "state": result.state, "samples_per_s": speed})
             top = sorted((e for e in once if e["samples_per_s"]), key=lambda e: -e["samples_per_s"])[:3]
             chosen = {"baseline": job.start, "autotune": Knobs.from_dict({**job.start.to_dict(), **picked})}
-            chosen.update({f"grid{i + 1}": Knobs.from_dict(e["knobs"]) for i, e in enumerate(top)})
+            chosen.update({f"grid{i + 1}": Knobs.from_dict({**job.start.to_dict(), **e["knobs"]})
+                           for i, e in enumerate(top)})
             runs: dict[str, list[float]] = {label: [] for label in chosen}
             for _ in range(rounds):
                 for label, knobs in chosen.items():
@@ -105,7 +131,7 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
     median = {label: statistics.median(v) for label, v in runs.items() if v}
     base = median["baseline"]
     hand = max((label for label in median if label.startswith("grid")), key=lambda label: median[label])
-    return {"grid": once, "runs": runs, "hand_knobs": chosen[hand].to_dict(),
+    return {"grid": once, "runs": runs, "hand_knobs": case.held(chosen[hand].to_dict()),
             "autotune_gain": median.get("autotune", 0.0) / base, "hand_gain": median[hand] / base}
 
 
@@ -114,12 +140,14 @@ def run_case(case: Case, budget: str, rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"bench-scripts-{case.name}-") as tmp:
         work = Path(tmp)
         shutil.copytree(BYO, work / "byo")
+        if case.setup:
+            getattr(byo_setup, case.setup)(work)
         tuned = tune(case, work, budget)
         hand = by_hand(case, work, tuned["best_knobs"], rounds)
     ratio = (hand["autotune_gain"] - 1) / (hand["hand_gain"] - 1) if hand["hand_gain"] > 1 else 1.0
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg(),
             "tune_speedup": tuned["speedup"], "tune_trials": tuned["trials"], "stop_reason": tuned["stop_reason"],
-            "autotune_knobs": tuned["best_knobs"], **hand, "gain_ratio": hand["autotune_gain"] / hand["hand_gain"],
+            "autotune_knobs": case.held(tuned["best_knobs"]), **hand, "gain_ratio": hand["autotune_gain"] / hand["hand_gain"],
             "excess_ratio": ratio, "wall_s": round(time.monotonic() - began, 1)}
 
 

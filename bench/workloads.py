@@ -84,12 +84,14 @@ def configs(grid: dict[str, tuple], start: Knobs, device: dict[str, Any], effect
     names = list(grid)
     for values in itertools.product(*(grid[n] for n in names)):
         knobs = Knobs.from_dict({**start.to_dict(), **dict(zip(names, values))})
-        if applicable(knobs, device, effective_batch):
+        if applicable(knobs, device, effective_batch, start):
             yield knobs
 
 
-def applicable(knobs: Knobs, device: dict[str, Any], effective_batch: int) -> bool:
-    """Can this whole config run here? Each setting that differs from the naive start is checked in the
-    context of the rest of the config (group_by_length needs padding=longest, flash attention bf16)."""
+def applicable(knobs: Knobs, device: dict[str, Any], effective_batch: int, start: Knobs | None = None) -> bool:
+    """Can this whole config run here? Each setting that differs from the start (the naive one unless
+    given: a script's own settings run as they are) is checked in the context of the rest of the config
+    (group_by_length needs padding=longest, flash attention bf16)."""
+    base = start.to_dict() if start is not None else NAIVE_START
     return all(not_applicable(name, value, knobs, device, effective_batch) is None
-               for name, value in knobs.to_dict().items() if NAIVE_START.get(name) != value)
+               for name, value in knobs.to_dict().items() if base.get(name) != value)

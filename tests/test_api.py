@@ -4,6 +4,7 @@ suggest, without the word grammar; `import autotune` imports nothing heavy."""
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -41,10 +42,30 @@ def test_a_job_from_a_dict_is_the_job_the_words_make(in_tmp):
         autotune.job_from_dict("r", {"model": "mlp", "fresh": True})
 
 
-def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, capsys):
-    """The cheapest real tune: the MLP's smoke baseline, with only= naming a knob an MLP has not got."""
+class Recording(autotune.Callback):
+    def __init__(self, fail_on_trial: bool = False) -> None:
+        self.trials, self.ends, self.stops, self.fail_on_trial = [], [], [], fail_on_trial
+
+    def on_trial(self, record):
+        self.trials.append(record)
+        if self.fail_on_trial:
+            raise RuntimeError("the caller's callback failed")
+
+    def on_end(self, outcome):
+        self.ends.append(outcome)
+
+    def on_stop(self, error):
+        self.stops.append(error)
+
+
+def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, capsys, caplog):
+    """The cheapest real tune: the MLP's smoke baseline, with only= naming a knob an MLP has not got. A
+    library caller's stdout stays its own: progress goes to the "autotune" logger, and callbacks hear
+    each trial and the end."""
     job = autotune.job_from_dict("api", {"model": "mlp", "smoke": True, "max_trials": 2, "only": "freeze_vision_tower"})
-    outcome = autotune.tune(job, runs_dir=in_tmp / "runs")
+    callback = Recording()
+    with caplog.at_level(logging.INFO, logger="autotune"):
+        outcome = autotune.tune(job, runs_dir=in_tmp / "runs", callbacks=[callback])
     assert isinstance(outcome, autotune.Outcome)
     folder = in_tmp / "runs" / "api"
     assert outcome.folder.resolve() == folder.resolve()
@@ -54,7 +75,13 @@ def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, c
     assert outcome.best_config == json.loads((folder / "best_config.json").read_text())
     assert outcome.best.trial == 0 and outcome.speedup == 1.0
     assert (folder / "report.md").is_file()
-    assert f"ready to run: {outcome.best_config['command']}" in capsys.readouterr().out
+    assert capsys.readouterr().out == ""
+    logged = [r.getMessage() for r in caplog.records if r.name == "autotune"]
+    assert f"ready to run: {outcome.best_config['command']}" in logged
+    assert any(line.startswith("trial 0: baseline:") for line in logged)
+    assert all(isinstance(r, autotune.TrialRecord) for r in callback.trials)
+    assert [r.trial for r in callback.trials] == [r["trial"] for r in records]
+    assert callback.ends == [outcome] and callback.stops == []
     # The CLI reviews the run the API made: the same figures.
     assert main(["tune", "api", "review", "--runs-dir", str(in_tmp / "runs"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
@@ -62,11 +89,30 @@ def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, c
         0, outcome.baseline["samples_per_s"], outcome.best_config["command"])
 
 
-def test_suggest_through_the_api_is_what_the_command_prints(in_tmp, capsys):
+def test_a_callback_that_fails_ends_the_tune_with_its_error_and_the_records_kept(in_tmp):
+    job = autotune.job_from_dict("cb", {"model": "mlp", "smoke": True, "max_trials": 2, "only": "freeze_vision_tower"})
+    callback = Recording(fail_on_trial=True)
+    with pytest.raises(RuntimeError, match="the caller's callback failed"):
+        autotune.tune(job, runs_dir=in_tmp / "runs", callbacks=[callback])
+    lines = (in_tmp / "runs" / "cb" / "experiments.jsonl").read_text().splitlines()
+    assert [json.loads(line)["trial"] for line in lines] == [0] == [r.trial for r in callback.trials]
+    assert len(callback.stops) == 1 and isinstance(callback.stops[0], RuntimeError) and callback.ends == []
+
+
+def test_the_tuner_loop_is_exported_for_ask_and_tell():
+    from autotune.loop.tuner import Tuner
+
+    assert autotune.Tuner is Tuner
+    assert all(callable(getattr(Tuner, step)) for step in ("ask", "run_trial", "tell", "run"))
+
+
+def test_suggest_through_the_api_is_typed_advice_the_command_prints(in_tmp, capsys):
     advice = autotune.suggest(model="7B", max_len=512, effective_batch=16, gpu="4090")
-    assert advice["hypotheses"] and advice["features"]["max_len"] == 512
+    assert isinstance(advice, autotune.Advice) and advice.features["max_len"] == 512
+    assert isinstance(advice.best, autotune.SuggestedChange) and advice.best == advice.changes[0]
+    assert all(0 <= c.p_helps <= 1 and c.cost > 0 for c in advice.changes)
     assert main(["suggest", "model=7B", "max_len=512", "effective_batch=16", "gpu=4090", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == advice
+    assert json.loads(capsys.readouterr().out) == advice.to_dict()
     with pytest.raises(autotune.JobError):
         autotune.suggest(model="7B", max_len="a lot")
 
@@ -76,6 +122,13 @@ def test_the_suggest_function_and_its_module_do_not_hide_each_other(monkeypatch)
     import autotune.loop.advice as advice
 
     assert callable(autotune.suggest) and autotune.suggest.__module__ == "autotune.api"
-    monkeypatch.setattr("autotune.loop.advice.advise", lambda words: {"words": words})
-    assert autotune.suggest(model="7B", max_len=512) == {"words": ["model=7B", "max_len=512"]}
+    seen = []
+
+    def advise(words):
+        seen.append(words)
+        return {"schema_version": 1, "features": {}, "start": {}, "notes": words, "hypotheses": [], "skipped": []}
+
+    monkeypatch.setattr("autotune.loop.advice.advise", advise)
+    assert autotune.suggest(model="7B", max_len=512).notes == ("model=7B", "max_len=512")
+    assert seen == [["model=7B", "max_len=512"]]
     assert advice.advise is not autotune.suggest

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .. import __version__
 from ..util.errors import AutotuneError, JobError
@@ -68,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--fail-if-no-gain", action="store_true",
                       help=f"exit {NO_GAIN_EXIT} when no change was kept (the baseline is the best config)")
     from . import kb_commands
-    from ..loop.advice import add_parser
+    from .suggest import add_parser
 
     add_parser(commands)
     kb_commands.add_parser(commands)
@@ -109,8 +111,30 @@ def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any
         job, modes = job_from_words(run, words, runs_dir)
     if "review" in modes:
         return (job, *review(run, job, runs_dir))
-    outcome = tune_job(job, None, Path(runs_dir), fresh="fresh" in modes, resume="resume" in modes)
+    with _console_display(job):
+        outcome = tune_job(job, None, Path(runs_dir), fresh="fresh" in modes, resume="resume" in modes)
     return job, outcome, outcome.best_config
+
+
+@contextlib.contextmanager
+def _console_display(job: Any) -> Iterator[None]:
+    """The tune's events (the "autotune" logger) drawn on the console while it runs: the live line, one
+    line per trial, the final table. Only here: a library caller's logging is its own."""
+    from ..output.display import ConsoleHandler, Progress
+    from ..output.events import LOGGER
+
+    handler = ConsoleHandler(Progress(max_trials=job.max_trials, time_budget_s=job.time_budget_s))
+    saved = LOGGER.level, LOGGER.propagate
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.DEBUG)   # the live line's events are DEBUG: the display wants them all
+    LOGGER.propagate = False         # drawn once, not again by a root handler
+    try:
+        yield
+    finally:
+        handler.progress.close()
+        LOGGER.removeHandler(handler)
+        LOGGER.setLevel(saved[0])
+        LOGGER.propagate = saved[1]
 
 
 def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:

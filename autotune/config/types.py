@@ -9,7 +9,7 @@ objects are read-only here (Sequence, Mapping), so a `list[float]` or a `dict[st
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, Union
 
 KnobValue = Union[bool, int, float, str, None]
 KnobConfig = dict[str, KnobValue]
@@ -18,3 +18,8 @@ KnobView = Mapping[str, KnobValue]
 JsonScalar = Union[bool, int, float, str, None]
 JsonValue = Union[JsonScalar, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
 JsonObject = dict[str, JsonValue]
+
+# The facts the frame's device probe measured in the child process (kind, name, memory_bytes, bf16, tf32,
+# capability, flash_attn, compile, cpu_count, the optional packages, peaks, versions: probes/device.py),
+# read by name. An open set: a probe adds facts without a change here, and a fact it could not read is absent.
+Device = Mapping[str, Any]

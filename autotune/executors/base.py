@@ -6,10 +6,12 @@ Expected failures come back as states on the result (oom, crash, timeout, invali
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
+
+from ..config.types import JsonObject
 
 
 class Executor(Protocol):
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         """Run `spec` with its runner; return the runner's result plus `wall_s` and `exit_code`."""
         raise NotImplementedError  # abstract

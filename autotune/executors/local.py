@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..config.types import JsonObject
 from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
@@ -157,7 +158,7 @@ class LocalExecutor:
         child.wait() if isinstance(child, subprocess.Popen) else child.join()
         return None
 
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         trial_dir.mkdir(parents=True, exist_ok=True)
         spec_path, result_path = trial_dir / "spec.json", trial_dir / "result.json"
         result_path.unlink(missing_ok=True)

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import ray
 import ray.exceptions
 
+from ..config.types import JsonObject
 from ..util.errors import AutotuneError
 from ..config.messages import read_result, write_spec
 from .local import LocalExecutor
@@ -114,7 +115,7 @@ class Slot:
     def label(self) -> str:
         return f"{self.where['ip']} GPU {self.where['gpu'] or '?'}"
 
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         trial_dir.mkdir(parents=True, exist_ok=True)
         refused = write_spec(trial_dir / "spec.json", spec)
         if refused is not None:
@@ -289,7 +290,7 @@ class RayExecutor:
                     shutil.copyfile(source, path)
 
     # -- the executor contract ----------------------------------------------------------------
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         if spec.get("runner") == "script":
             raise AutotuneError("host=ray runs the built-in runners; a script= job runs with host=local or "
                                 "host=user@host")

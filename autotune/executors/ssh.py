@@ -31,6 +31,7 @@ from typing import Any
 
 import paramiko
 
+from ..config.types import JsonObject
 from ..util.errors import AutotuneError
 from ..config.inputs import check_run_name
 from ..config.messages import read_result, write_spec
@@ -162,7 +163,7 @@ class SSHExecutor:
         self._hang_up()
 
     # -- one trial --------------------------------------------------------------------------------
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         runner = spec.get("runner", "hf")
         if runner == "script":
             return {"state": "crash", "reason": "a user's script runs on this machine only (host=local)",

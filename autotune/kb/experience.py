@@ -10,10 +10,12 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Mapping
 
 from ..config.knobs import Knobs
+from ..config.types import JsonObject
 from .features import FeatureView, distance
 from .store import Store
 
@@ -21,6 +23,21 @@ from .store import Store
 _KEPT = ("samples_per_s", "tokens_per_s", "step_times_s", "median_step_s", "mfu", "hfu", "peak_memory",
          "ceiling", "breakdown", "real_tokens_per_step", "model_flops", "hardware_flops", "device",
          "parity_losses", "model", "data", "placement")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Which job a run's trials belong to, on which device and software: what a replay must match
+    (features.job_fingerprint, features.device_fingerprint, features.software)."""
+
+    job_fingerprint: str
+    device_fingerprint: str
+    software: Mapping[str, str]
+
+    def to_dict(self) -> JsonObject:
+        """As trial and run records hold it, beside their own fields."""
+        return {"job_fingerprint": self.job_fingerprint, "device_fingerprint": self.device_fingerprint,
+                "software": dict(self.software)}
 
 
 def new_run_id(run: str) -> str:
@@ -38,12 +55,12 @@ class Experience:
         self.store = store
 
     # -- writing ----------------------------------------------------------------------------
-    def record_trial(self, run_id: str, identity: dict[str, Any], features: FeatureView,
-                     incumbent: Knobs, record: dict[str, Any], hypothesis: dict[str, Any] | None = None) -> int:
+    def record_trial(self, run_id: str, identity: Identity, features: FeatureView,
+                     incumbent: Knobs, record: Mapping[str, Any], hypothesis: Mapping[str, Any] | None = None) -> int:
         """One trial (the baseline is trial 0); `identity` holds job and device fingerprints and software."""
         trial = {
             "schema_version": 1, "run_id": run_id, "run": record["run"], "trial": record["trial"],
-            "experiment": f"{run_id}#{record['trial']}", **identity, "features": features,
+            "experiment": f"{run_id}#{record['trial']}", **identity.to_dict(), "features": features,
             "incumbent_knobs": incumbent.to_dict(), "knobs": record["knobs"], "change": record["change"],
             "state": record["state"], "decision": record["decision"], "reason": record["reason"],
             "ratio": record.get("ratio"), "interval": record.get("interval"),
@@ -55,9 +72,9 @@ class Experience:
         }
         return self.store.append("trials", trial)
 
-    def record_run(self, run_id: str, identity: dict[str, Any], job: dict[str, Any], features: FeatureView,
+    def record_run(self, run_id: str, identity: Identity, job: dict[str, Any], features: FeatureView,
                    frame: dict[str, Any], outcome: dict[str, Any]) -> int:
-        return self.store.append("runs", {"schema_version": 1, "run_id": run_id, "run": job["run"], **identity,
+        return self.store.append("runs", {"schema_version": 1, "run_id": run_id, "run": job["run"], **identity.to_dict(),
                                           "job": job, "features": features, "frame": frame, **outcome,
                                           "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
 
@@ -70,12 +87,12 @@ class Experience:
     def trials(self, run_id: str | None = None) -> list[dict[str, Any]]:
         return self.store.search("trials", run_id=run_id) if run_id else self.store.all("trials")
 
-    def replay(self, identity: dict[str, Any], incumbent: Knobs, knobs: Knobs) -> dict[str, Any] | None:
+    def replay(self, identity: Identity, incumbent: Knobs, knobs: Knobs) -> dict[str, Any] | None:
         """The latest trial of the same spec on the same device and software, if one ended in a
         state that says something (a timeout from a spent budget does not)."""
-        found = [t for t in self.store.search("trials", job_fingerprint=identity["job_fingerprint"],
-                                              device_fingerprint=identity["device_fingerprint"])
-                 if t.get("software") == identity["software"] and t["knobs"] == knobs.to_dict()
+        found = [t for t in self.store.search("trials", job_fingerprint=identity.job_fingerprint,
+                                              device_fingerprint=identity.device_fingerprint)
+                 if t.get("software") == identity.software and t["knobs"] == knobs.to_dict()
                  and t["incumbent_knobs"] == incumbent.to_dict() and t["state"] in ("complete", "oom", "crash", "invalid")
                  and (t["trial"] == 0 or t["decision"] != "baseline")]
         return found[-1] if found else None

@@ -1,14 +1,13 @@
 """Pure decisions on one trial's runs: the screen, the verdict on interleaved pairs, whether more pairs
 could decide it, the smallest gain worth a trial, and parity with the baseline's losses.
 
-Each follows the step budget's keep rule: "sequential" (autotune/loop/keep_rule.py over probes.sequential,
-the run-to-run spread pooled from the tune's records) or "floor" (probes.stats: a bootstrap interval
-that must clear the baseline's A/A floor).
+Each asks the step budget's keep rule (keep_rule.KeepRule): the loop's is keep_rule.Sequential, over
+probes.sequential and the run-to-run spread pooled from the tune's records; bench/floor_rule.py holds
+the rule before it, which `python -m bench.extra_pairs` compares with it.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 from . import keep_rule
@@ -22,73 +21,61 @@ from .trial_spec import StepBudget
 
 
 def interleaved(steps: StepBudget, records: Sequence[TrialRecord], incumbent_runs: Sequence[Measurement],
-                candidate_runs: Sequence[Measurement], batch: int, floor: float, last: bool) -> stats.Comparison:
-    """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
-    would turn the machine's drift into a gain). `last`: the time budget allows no further pair."""
-    if steps.keep_rule == "sequential":
-        # The look after which the time budget allows no further pair spends the looks left.
-        return keep_rule.verdict(records, incumbent_runs, candidate_runs, most_pairs(steps, records), last=last)
-    return stats.compare([list(m.step_times_s) for m in incumbent_runs],
-                         [list(m.step_times_s) for m in candidate_runs], batch, floor)
+                candidate_runs: Sequence[Measurement], batch: int, floor: float, last: bool,
+                earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> stats.Comparison:
+    """The verdict on one trial's interleaved runs. `last`: the time budget allows no further pair.
+    `earlier`: the incumbent's samples/s before this trial (from trial `incumbent_trial` on), which the
+    sequential rule counts while a drift check on this trial's runs holds (keep_rule.incumbent_side)."""
+    return steps.keep_rule.compare(records, incumbent_runs, candidate_runs, batch, floor, most_pairs(steps, records),
+                                   last, earlier, incumbent_trial)
 
 
 def stop_floor(steps: StepBudget, records: Sequence[TrialRecord], floor: float) -> float:
     """The smallest gain the keep rule can show: a proposal expected to gain less is not tried."""
-    if steps.keep_rule == "sequential":
-        return keep_rule.detectable(records, most_pairs(steps, records))
-    return floor
+    return steps.keep_rule.smallest_gain(records, most_pairs(steps, records), floor)
 
 
 def most_pairs(steps: StepBudget, records: Sequence[TrialRecord]) -> int:
     """The most interleaved pairs a trial may take: the step budget's, more on a noisy machine under
     the sequential rule (keep_rule.most_pairs), where sixteen pairs cannot show a 5% gain."""
-    least = 2 + steps.extra_pairs
-    return keep_rule.most_pairs(records, least) if steps.keep_rule == "sequential" else least
+    return steps.keep_rule.most_pairs(records, 2 + steps.extra_pairs)
 
 
 def could_close(steps: StepBudget, records: Sequence[TrialRecord], verdict: stats.Comparison,
-                fresh: Sequence[Measurement], results: Sequence[Measurement], left: int) -> bool:
-    """Whether `left` more pairs could make the interval clear the floor, were the ratio to hold."""
-    if steps.keep_rule == "sequential":
-        return keep_rule.could_close(records, fresh, results, left, most_pairs(steps, records))
-    runs = min(len(results), len(fresh))
-    narrowed = math.sqrt(runs / (runs + left))
-    return verdict.ratio - (verdict.ratio - verdict.low) * narrowed > 1 + verdict.noise_floor
+                fresh: Sequence[Measurement], results: Sequence[Measurement], left: int,
+                earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> bool:
+    """Whether `left` more pairs could decide what the pairs so far leave open."""
+    return steps.keep_rule.could_close(records, verdict, fresh, results, left, most_pairs(steps, records),
+                                       earlier, incumbent_trial)
 
 
 def screen(steps: StepBudget, records: Sequence[TrialRecord], reference: list[list[float]],
            measurement: Measurement, batch: int, floor: float, incumbent_trial: int | None = None,
            min_gain: float = keep_rule.MIN_GAIN) -> stats.Comparison:
     """One candidate run against the incumbent's runs on its card (from trial `incumbent_trial`): under
-    the sequential rule a look of its own, which may keep a gain far beyond the noise (keep_rule.first_look)."""
-    if steps.keep_rule == "sequential":
-        return keep_rule.reuse_look(records, reference, incumbent_trial, [measurement], batch,
-                                    most_pairs(steps, records), min_gain)
-    return stats.compare(reference, [list(measurement.step_times_s)], batch, floor)
+    the sequential rule a look of its own, which may keep a gain far beyond the noise (keep_rule.reuse_look)."""
+    return steps.keep_rule.screen(records, reference, measurement, batch, floor, incumbent_trial,
+                                  most_pairs(steps, records), min_gain)
 
 
 def second_look(steps: StepBudget, records: Sequence[TrialRecord], reference: list[list[float]],
                 candidate: Sequence[Measurement], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
-    """The sequential rule's look after a trial's second run, against the incumbent's runs so far
-    (None under the floor rule, or where the spread so far leaves this look no share)."""
-    if steps.keep_rule != "sequential" or not reference:
+    """The rule's look after a trial's second run, against the incumbent's runs so far (None where the
+    rule takes none; where the spread so far leaves it no share of the false-keep rate, it only discards)."""
+    if not reference:
         return None
-    most = most_pairs(steps, records)
-    if not keep_rule.reusing(records, most):
-        return None
-    return keep_rule.reuse_look(records, reference, incumbent_trial, candidate, batch, most, min_gain)
+    return steps.keep_rule.second_look(records, reference, candidate, batch, incumbent_trial,
+                                       most_pairs(steps, records), min_gain)
 
 
 def decided_on_one_run(steps: StepBudget, verdict: stats.Comparison) -> bool:
     """Whether the first run alone shows the candidate faster (the sequential rule's first look)."""
-    return steps.keep_rule == "sequential" and verdict.verdict == "faster"
+    return steps.keep_rule.kept_on_one_run(verdict)
 
 
 def screened_out(steps: StepBudget, verdict: stats.Comparison) -> bool:
     """Whether one run already says the candidate is not worth confirming."""
-    if steps.keep_rule == "sequential":
-        return verdict.verdict == "slower"
-    return verdict.ratio <= 1 or verdict.verdict == "slower"
+    return steps.keep_rule.screened_out(verdict)
 
 
 def fits(measurement: Measurement) -> str:

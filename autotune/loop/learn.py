@@ -10,14 +10,16 @@ the end the run record goes in.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..config.job import Job
 from ..kb import Store, kb_folder
 from ..kb.beliefs import Beliefs
 from ..kb.claims import Claim
-from ..kb.experience import Experience, new_run_id
-from ..kb.features import context, device_fingerprint, job_features, job_fingerprint, software
+from ..kb.experience import Experience, Identity, new_run_id
+from ..kb.features import Features, FeatureView, context, device_fingerprint, job_features, job_fingerprint, software
+from ..config.types import JsonObject
+from .limits import Frame, device_of
 from ..config.knobs import CATALOG, Knobs
 from ..config.records import UNSPLIT_SOURCES, Source, SpreadPrior, TrialRecord, parse_change
 from ..reasoner import Hypothesis, Observation, key, observe, outcome_of
@@ -46,7 +48,7 @@ def trials_to_best(records: Sequence[TrialRecord], share: float = BEST_SHARE) ->
     return first
 
 
-def _slim(event: dict[str, Any]) -> dict[str, Any]:
+def _slim(event: Mapping[str, Any]) -> JsonObject:
     """A belief event as a run-folder record lists it."""
     return {"op": event["op"], "claim": event["claim"], "children": event["children"], "reason": event["reason"]}
 
@@ -55,12 +57,12 @@ def _slim(event: dict[str, Any]) -> dict[str, Any]:
 class Lesson:
     """One trial's entry in the knowledge base, planned: the trial row and the belief updates."""
 
-    record: dict[str, Any]
+    record: JsonObject
     incumbent: Knobs
-    features: dict[str, Any]
-    hypothesis: dict[str, Any] | None
+    features: FeatureView
+    hypothesis: JsonObject | None
     updates: list[Any] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[JsonObject] = field(default_factory=list)
 
 
 class Memory:
@@ -70,38 +72,43 @@ class Memory:
         self.beliefs = Beliefs(self.store)
         self.experience = Experience(self.store)
         self.run_id = new_run_id(job.run)
-        self.frame: dict[str, Any] = {}
-        self.identity: dict[str, Any] = {}
-        self.base_features: dict[str, Any] = {}
+        self.frame: Frame = {}
+        self.identity = Identity("", "", {})  # known once the frame says which device and software
+        self.base_features: Features = {}
 
-    def start(self, frame: dict[str, Any]) -> None:
+    def start(self, frame: Frame) -> None:
         self.frame = frame
         self.base_features = job_features(self.job, frame)
-        self.identity = {"job_fingerprint": job_fingerprint(self.job), "device_fingerprint": device_fingerprint(frame),
-                         "software": software(frame)}
+        self.identity = Identity(job_fingerprint(self.job), device_fingerprint(frame), software(frame))
 
     @property
     def claims(self) -> list[Claim]:
         return self.beliefs.claims()
 
-    def features(self, knobs: Knobs, measurement: dict[str, Any] | None) -> dict[str, Any]:
-        return context(self.job, self.frame, knobs, measurement)
+    def features(self, knobs: Knobs, profile: JsonObject | None) -> Features:
+        """What claims condition on with `knobs` as the config improved (`profile`: its latest ceiling and
+        time breakdown)."""
+        return context(self.job, self.frame, knobs, profile)
 
     # -- before a trial -------------------------------------------------------------------------
-    def replay(self, incumbent: Knobs, knobs: Knobs) -> dict[str, Any] | None:
+    def replay(self, incumbent: Knobs, knobs: Knobs) -> TrialRecord | None:
+        """The knowledge base's trial of `knobs` on `incumbent` for this job, device and software (its
+        `experiment` names it), unless the user said `fresh`."""
         if self.fresh:
             return None
-        return self.experience.replay(self.identity, incumbent, knobs)
+        past = self.experience.replay(self.identity, incumbent, knobs)
+        return None if past is None else TrialRecord.from_dict(past)
 
     def warm_start(self, incumbent: Knobs, measured: set[tuple[Any, ...]]) -> Hypothesis | None:
         """The best config of the nearest similar past run, as one combined change, if it differs."""
         # The same job on the same device is replayed trial by trial, not warm-started (unless `fresh`).
-        same = None if self.fresh else self.identity.get("job_fingerprint")
-        past = self.experience.similar_run(self.base_features, self.base_features.get("device_kind"), exclude_job=same)
+        same = None if self.fresh else self.identity.job_fingerprint
+        kind = self.base_features.get("device_kind")
+        past = self.experience.similar_run(self.base_features, kind if isinstance(kind, str) else None, exclude_job=same)
         if past is None:
             return None
         best = Knobs.from_dict(past["best"]["knobs"])
-        device, batch = self.frame.get("device", {}), self.job.effective_batch
+        device, batch = device_of(self.frame), self.job.effective_batch
         pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
                    if not (CATALOG[k].climb == "divisors" and batch % v)]
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
@@ -123,7 +130,7 @@ class Memory:
         first run to decide a large gain, too few to outweigh this tune's own runs if they differ."""
         from ..probes.sequential import pooled
 
-        device = self.identity.get("device_fingerprint")
+        device = self.identity.device_fingerprint
         if self.fresh or not device:
             return None
         groups = [[m["samples_per_s"] for m in t.get("measurements") or () if m.get("samples_per_s")]
@@ -136,22 +143,22 @@ class Memory:
         return SpreadPrior(spread.sd, min(spread.df, PRIOR_DF), sum(len(g) for g in groups))
 
     # -- after a trial --------------------------------------------------------------------------
-    def plan(self, record: dict[str, Any], incumbent: Knobs, features: dict[str, Any],
+    def plan(self, record: JsonObject, incumbent: Knobs, features: FeatureView,
              hypothesis: Hypothesis | None) -> "Lesson":
         """What the trial teaches, written nowhere yet: the journal puts its belief events in the run
         folder's record first, then `commit` writes the knowledge base's copy (`Tuner._journal`)."""
         lesson = Lesson(record, incumbent, features, hypothesis.to_dict() if hypothesis else None)
-        outcome = outcome_of(record)
+        outcome, typed = outcome_of(record), TrialRecord.from_dict(record)
         # A combined warm start or pooled change says nothing about which of its parts did what.
         combined = hypothesis is not None and hypothesis.source in UNSPLIT_SOURCES and bool(hypothesis.also)
-        if hypothesis is None or outcome is None or combined:
-            return lesson
-        experiment = record.get("replayed_from") or f"{self.run_id}#{record['trial']}"
+        if hypothesis is None or outcome is None or typed.ratio is None or combined:
+            return lesson  # (an outcome is read only from a ratio)
+        experiment = str(typed.get("replayed_from") or f"{self.run_id}#{typed.trial}")
         # Read the beliefs again: another tuner sharing this folder may have changed them since.
         self.beliefs = Beliefs(self.store)
         observation = Observation(experiment=experiment,
                                   changes=tuple((k, getattr(incumbent, k), v) for k, v in hypothesis.changes),
-                                  features=features, ratio=record["ratio"], outcome=outcome,
+                                  features=features, ratio=typed.ratio, outcome=outcome,
                                   claims=hypothesis.claims, run=self.run_id)
         lesson.updates = list(observe(self.beliefs.claims(active_only=False), observation))
         _, events = self.beliefs.plan(lesson.updates, run=self.run_id)
@@ -165,7 +172,7 @@ class Memory:
         if lesson.updates:
             self.beliefs.apply(lesson.updates, run=self.run_id)
 
-    def sync(self, record: dict[str, Any], incumbent: Knobs, profile: dict[str, Any]) -> None:
+    def sync(self, record: Mapping[str, Any], incumbent: Knobs, profile: JsonObject) -> None:
         """The knowledge base's copy of a run-folder record, written now if a kill came between the two
         writes (the folder's is first), and its evidence applied if the beliefs never took it."""
         held = [t for t in self.experience.trials(self.run_id) if t["trial"] == record["trial"]]
@@ -175,7 +182,7 @@ class Memory:
             held = [t for t in self.experience.trials(self.run_id) if t["trial"] == record["trial"]]
         self.relearn(held[-1])
 
-    def relearn(self, trial: dict[str, Any]) -> list[dict[str, Any]]:
+    def relearn(self, trial: Mapping[str, Any]) -> list[JsonObject]:
         """Apply the evidence of a trial the knowledge base holds (`trials` record) if the beliefs never
         got it: the tuner was killed between writing the trial and applying what it says. Nothing when
         any history event already carries its evidence, so a second resume applies nothing again."""
@@ -197,11 +204,11 @@ class Memory:
                                   claims=tuple(hypothesis.get("claims") or ()), run=self.run_id)
         return self._apply(observation)
 
-    def _apply(self, observation: Observation) -> list[dict[str, Any]]:
+    def _apply(self, observation: Observation) -> list[JsonObject]:
         events = self.beliefs.apply(observe(self.beliefs.claims(active_only=False), observation), run=self.run_id)
         return [_slim(e) for e in events]
 
-    def adopt(self, claims: list[Claim], why: str) -> list[dict[str, Any]]:
+    def adopt(self, claims: list[Claim], why: str) -> list[JsonObject]:
         """New claims someone proposed (the LLM): written with the confidence they were given."""
         from ..kb.claims import Update
 

@@ -6,30 +6,46 @@ Plain functions of the job, a script's adapter and the frame's facts (LoopState.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from ..config.job import Job
 from ..config.messages import RunResult
-from ..config.types import JsonObject
+from ..config.types import Device, JsonObject
 from ..reasoner import Hypothesis
 
+# The frame: the facts the frame step's child found (device, model, data, the limits on what applies),
+# completed with the baseline's ceiling and breakdown; JSON as frame.json and state.json hold it.
+Frame = JsonObject
 
-def frame_limit(frame: dict[str, Any], name: str, value: Any) -> str | None:
+
+def device_of(frame: Frame) -> Device:
+    """The device facts of the frame (probes/device.py)."""
+    device = frame.get("device")
+    return device if isinstance(device, Mapping) else {}
+
+
+def limits_of(frame: Frame) -> list[Mapping[str, Any]]:
+    """The frame's limits: {knob, value (absent: every value), reason, silent}."""
+    limits = frame.get("limits")
+    return [limit for limit in limits if isinstance(limit, Mapping)] if isinstance(limits, Sequence) else []
+
+
+def frame_limit(frame: Frame, name: str, value: Any) -> str | None:
     """Why the frame says `name=value` cannot apply to this model (an MLP has no attention; a VLM may not
     pack rows); None if it can. A limit without a value covers every value of the knob."""
-    for limit in frame.get("limits", ()):
+    for limit in limits_of(frame):
         if limit["knob"] == name and limit.get("value") in (None, value):
             return str(limit["reason"])
     return None
 
 
-def silent_limit(frame: dict[str, Any], name: str) -> bool:
+def silent_limit(frame: Frame, name: str) -> bool:
     """A knob that means nothing for this kind of model (a vision knob on a text model): its changes are
     dropped without a note, as they would only crowd the report's list of skipped changes."""
-    return any(limit["knob"] == name and limit.get("silent") for limit in frame.get("limits", ()))
+    return any(limit["knob"] == name and limit.get("silent") for limit in limits_of(frame))
 
 
-def allowed(job: Job, script: Any, frame: dict[str, Any], hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
+def allowed(job: Job, script: Any, frame: Frame, hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
             report_only: bool = False) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
     """Only changes to knobs the user left to autotune (`only=`), the frame allows, and for a script
     (its adapter), only those it has a setting for. Knobs the user kept are dropped without a note,
@@ -45,7 +61,7 @@ def allowed(job: Job, script: Any, frame: dict[str, Any], hypotheses: list[Hypot
             continue
         why = next((w for k, v in hypothesis.changes if (w := frame_limit(frame, k, v))), None)
         if why is None and script is not None:
-            kind = (frame.get("device") or {}).get("kind")
+            kind = device_of(frame).get("kind")
             why = next((w for k, v in hypothesis.changes if (w := script.why_not(k, v, kind))), None)
         if why:
             skipped.append((hypothesis.change, why))

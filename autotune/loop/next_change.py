@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterable, Sequence
 
+from ..kb.features import FeatureView
+from ..config.types import Device
 from ..kb.claims import Claim
 from ..config.records import RecordLike, Source, typed
 from ..config.knobs import Knobs
@@ -30,8 +32,8 @@ from ..reasoner.surrogate import proposals
 Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothesis], list[tuple[str, str]]]]
 
 
-def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: Sequence[RecordLike], device: dict[str, Any],
-                    effective_batch: int, measured: set[tuple[Any, ...]], claims: Iterable[Claim], features: dict[str, Any],
+def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: Sequence[RecordLike], device: Device,
+                    effective_batch: int, measured: set[tuple[Any, ...]], claims: Iterable[Claim], features: FeatureView,
                     floor: float, allowed: Allowed, skipped: list[tuple[str, str]]) -> tuple[list[Hypothesis], str | None]:
     """The hypotheses to try, best first, and (when there are none) why the search stops."""
     claims, records = list(claims), typed(records)   # read once, typed, by every rule below
@@ -75,7 +77,7 @@ def _with_undo(undo: list[Hypothesis], singles: list[Hypothesis], records: Seque
     return ranked + [h for h in undo if h not in believed]
 
 
-def _undecided(incumbent: Knobs, records: Sequence[RecordLike], device: dict[str, Any], effective_batch: int,
+def _undecided(incumbent: Knobs, records: Sequence[RecordLike], device: Device, effective_batch: int,
                measured: set[tuple[Any, ...]], allowed: Allowed) -> Hypothesis | None:
     """Before stopping: the two best changes the noise left undecided on this incumbent, together."""
     found = undecided_pair(incumbent, records, device, effective_batch, measured)

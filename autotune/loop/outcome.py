@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..config.knobs import Knobs
 from ..config.measurement import Measurement
@@ -66,6 +66,16 @@ class Incumbent:
         where = card(placement)
         return [run for run, on in zip(self.runs, self.cards) if on == where]
 
+    def samples_on(self, placement: Mapping[str, str] | None) -> list[float]:
+        """The samples/s of those runs (`runs_on`), as each measurement gave it."""
+        where = card(placement)
+        return [speed for speed, on in zip(self.samples, self.cards) if on == where]
+
+    def samples_on(self, placement: dict[str, Any] | None) -> list[float]:
+        """The samples/s of those runs (`runs_on`), as each measurement gave it."""
+        where = card(placement)
+        return [speed for speed, on in zip(self.samples, self.cards) if on == where]
+
     @property
     def speed(self) -> float:
         return median(self.samples)
@@ -75,8 +85,8 @@ class Incumbent:
 class Outcome:
     """What a run found, for the CLI and the report."""
 
-    frame: dict[str, Any]
-    baseline: dict[str, Any]
+    frame: JsonObject  # the completed frame (limits.Frame)
+    baseline: JsonObject  # the baseline's samples_per_s and first measurement
     best: Incumbent
     records: list[TrialRecord]
     skipped: list[tuple[str, str]]
@@ -84,7 +94,7 @@ class Outcome:
     stop_reason: str
     wall_s: float = 0.0
     best_measurement: Measurement | None = None
-    parallel: dict[str, Any] | None = None  # trials run at once on several GPUs: how, and the time saved
+    parallel: JsonObject | None = None  # trials run at once on several GPUs: how, and the time saved
     device_runs: int = 0  # runs in a child process on the device, baseline included (what the user waits for)
     device_s: float = 0.0  # their wall times (the complete ones', start-up included)
 
@@ -92,7 +102,8 @@ class Outcome:
     def best_speed(self) -> float:
         """Samples/s of the best config, from its own trial (the baseline's when nothing was kept)."""
         if self.best.trial == 0:
-            return float(self.baseline["samples_per_s"])
+            speed = self.baseline["samples_per_s"]
+            return float(speed) if isinstance(speed, (int, float)) else 0.0
         return next(r.samples_per_s or 0.0 for r in self.records if r.trial == self.best.trial)
 
     @property
@@ -101,7 +112,7 @@ class Outcome:
         measured side by side with its incumbent, so the machine's drift over the run cancels."""
         return kept_product(self.records)
     folder: Path = field(default_factory=Path)
-    best_config: dict[str, Any] = field(default_factory=dict)  # best_config.json, once a tune wrote it
+    best_config: JsonObject = field(default_factory=dict)  # best_config.json, once a tune wrote it
 
 
 @dataclass(frozen=True)
@@ -120,7 +131,7 @@ class Started:
     """What `Tuner.begin` found: the completed frame, the baseline as the first incumbent, the
     baseline's first measurement (every parity check's reference) and the A/A noise floor."""
 
-    frame: dict[str, Any]
+    frame: JsonObject
     incumbent: Incumbent
     base_measurement: Measurement
     noise_floor: float

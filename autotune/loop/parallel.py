@@ -29,11 +29,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config.types import JsonObject
 from ..reasoner import Hypothesis, key
 
 
-def _same(spec: dict[str, Any]) -> str:
+def _same(spec: JsonObject) -> str:
     return json.dumps(spec, sort_keys=True, default=str)
+
+
+def _wall(result: JsonObject) -> float:
+    """A run's wall time as its executor gave it (none for a run that never started)."""
+    wall = result.get("wall_s")
+    return float(wall) if isinstance(wall, (int, float)) else 0.0
 
 
 @dataclass
@@ -45,7 +52,7 @@ class Tape:
     incumbent: tuple[Any, ...]
     slot: Any
     folder: Path
-    runs: list[tuple[str, dict[str, Any], Path]] = field(default_factory=list)
+    runs: list[tuple[str, JsonObject, Path]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     stale: bool = False
 
@@ -56,14 +63,14 @@ class _Recording:
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
 
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         if self.tape.stale:
             # Made for an incumbent that is gone: the shadow is ended at once, its slot freed for real work.
             return {"state": "crash", "reason": "speculation abandoned", "wall_s": 0.0, "exit_code": None}
         if not self.tape.runs and not getattr(self.tape.slot, "alive", True):
             # The slot was lost before the trial began: nothing is kept, so the commit runs it on a live slot.
             return {"state": "crash", "reason": "slot lost before the trial began", "wall_s": 0.0, "exit_code": None}
-        result: dict[str, Any] = self.tape.slot.run(spec, trial_dir, timeout_s)
+        result: JsonObject = self.tape.slot.run(spec, trial_dir, timeout_s)
         self.tape.runs.append((_same(spec), result, trial_dir))
         return result
 
@@ -76,7 +83,7 @@ class _Replay:
         self.tape, self.position, self.device_s, self.live, self.live_s = tape, 0, 0.0, 0, 0.0
         self.executor = executor
 
-    def run(self, spec: dict[str, Any], trial_dir: Path, timeout_s: float) -> dict[str, Any]:
+    def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         runs = self.tape.runs
         if self.live == 0 and self.position < len(runs) and runs[self.position][0] == _same(spec):
             _, result, source = runs[self.position]
@@ -89,8 +96,8 @@ class _Replay:
                 self.tape.slot = next(iter(self.executor.slots()), self.tape.slot)
             self.live += 1
             result = self.tape.slot.run(spec, trial_dir, timeout_s)
-            self.live_s += result.get("wall_s") or 0.0
-        self.device_s += result.get("wall_s") or 0.0
+            self.live_s += _wall(result)
+        self.device_s += _wall(result)
         return copy.deepcopy(result)
 
 
@@ -194,7 +201,7 @@ class ParallelTrials:
         for tape in [t for t in self.tapes if t.stale and t.done.is_set()]:
             self._drop(tape)
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> JsonObject:
         """How the loop used the slots, for the report: the time a serial run would have waited against
         what this one waited. Speculations still running are left to finish on their slots unread."""
         for tape in list(self.tapes):

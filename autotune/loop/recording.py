@@ -8,10 +8,11 @@ A speculation of the parallel driver builds Trials and tells none of them, so it
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..config.knobs import Knobs
 from ..config.measurement import Ceiling, Decision, Measurement
+from ..config.records import TrialRecord
 from ..config.types import JsonObject
 from .outcome import Incumbent, summarize
 from ..reasoner import Hypothesis
@@ -56,13 +57,13 @@ def record(run: str, trial: int, change: str | None, knobs: Knobs, state: str, d
 
 
 def replay(run: str, trial: int, hypothesis: Hypothesis, incumbent: Incumbent, knobs: Knobs,
-           past: Mapping[str, Any], floor: float, counts: RunCounts) -> Trial:
+           past: TrialRecord, floor: float, counts: RunCounts) -> Trial:
     """The same change on the same incumbent was measured for this job on this device and software
-    (`past`: the knowledge base's record of it)."""
-    measurements = [Measurement.from_dict(m) for m in past["measurements"]]
-    decision = replace(Decision.from_dict(past), reason=f"replayed from {past['experiment']} ({past['state']}): "
-                       f"{past['reason']}", incumbent_samples_per_s=incumbent.speed, noise_floor=floor)
+    (`past`: the knowledge base's record of it, which its `experiment` names)."""
+    measurements = list(past.measurements)
+    decision = replace(past.decided, reason=f"replayed from {past['experiment']} ({past.state}): {past.reason}",
+                       incumbent_samples_per_s=incumbent.speed, noise_floor=floor)
     entry = record(run, trial, hypothesis.change, knobs, "replayed", decision, measurements, wall=0.0,
                    placement=counts.take_placement(), ceiling=measurements[0].ceiling if measurements else None)
-    entry.update(replayed_from=past["experiment"], replayed_state=past["state"])
+    entry.update(replayed_from=past["experiment"], replayed_state=past.state)
     return Trial(entry, hypothesis, incumbent, knobs, measurements, counts)

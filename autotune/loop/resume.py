@@ -23,6 +23,8 @@ from ..output.records import RunFolder
 from ..util.io import truncate_durably
 from ..config.measurement import Measurement
 from ..config.records import TrialRecord
+from ..config.types import JsonObject
+from .limits import Frame, device_of
 from .state import LoopState
 
 
@@ -58,7 +60,7 @@ def load_run(root: Path, run: str) -> tuple[Job, list[str]]:
         raise DamagedRunError(f"RUN {run!r}: {folder.job} is not a job autotune wrote ({error}); {DAMAGED}") from None
 
 
-def stored(path: Path, run: str) -> dict[str, Any]:
+def stored(path: Path, run: str) -> JsonObject:
     """A JSON file of the run folder (job, state, frame), or one RecordError line naming it."""
     data = read_json(path, f"RUN {run!r}", DamagedRunError, hint=DAMAGED, follow=False)
     if not isinstance(data, dict):
@@ -130,7 +132,7 @@ def _restore(tuner: Any) -> None:
     tuner.memory.sync(records[-1], before.knobs, before.profile)
 
 
-def _frame(tuner: Any, saved: dict[str, Any] | None, base: Measurement) -> None:
+def _frame(tuner: Any, saved: Frame | None, base: Measurement) -> None:
     """The completed frame: the state's (with the limits found since), else frame.json completed again
     with the baseline; measured again when the shared inputs the trials read are gone."""
     folder = tuner.folder
@@ -142,12 +144,12 @@ def _frame(tuner: Any, saved: dict[str, Any] | None, base: Measurement) -> None:
     frame = stored(folder.frame, tuner.job.run) if folder.frame.exists() else None
     if frame is None or not inputs:
         frame = tuner.frame()
-    tuner.state.peaks = frame["device"]["peaks"]
+    tuner.state.peaks = device_of(frame)["peaks"]
     tuner.memory.start(frame)
     tuner.complete_frame({k: v for k, v in frame.items() if k != "schema_version"}, base)
 
 
-def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any], Job]:
+def review(root: Path, run: str, script: Any = None) -> tuple[Any, JsonObject, Job]:
     """The outputs of a run written again from its folder, without a device: (outcome, best config, job)."""
     job = load_job(root, run)
     folder = RunFolder(root, run)
@@ -161,7 +163,7 @@ def review(root: Path, run: str, script: Any = None) -> tuple[Any, dict[str, Any
                                   f"{': ' + str(error)[:200] if str(error) else ''}); {DAMAGED}") from None
 
 
-def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, dict[str, Any], Job]:
+def _review(folder: RunFolder, job: Job, script: Any) -> tuple[Any, JsonObject, Job]:
     from ..output.report import write_best_config, write_report, write_results_tsv
     from .outcome import Incumbent, Outcome
 

@@ -77,8 +77,7 @@ class LoopState:
     noise_floor: float = 0.0
     trials_done: int = 0
     peaks: JsonObject = field(default_factory=dict)        # the device's measured peaks (the frame's)
-    # The completed frame, limits found since: the runner's facts of the device, model and data.
-    frame_facts: dict[str, Any] = field(default_factory=dict)
+    frame_facts: JsonObject = field(default_factory=dict)  # the completed frame, limits found since (limits.Frame)
     placement: dict[str, str] | None = None   # the node and GPU of the latest run, where an executor says
     stop_reason: str | None = None            # set when the loop ended
     skipped: list[tuple[str, str]] = field(default_factory=list)

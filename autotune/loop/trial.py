@@ -63,6 +63,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
     # (trials in parallel), the incumbent's first paired run comes before the screen and is its reference.
     fresh: list[RunResult] = []
     reference = incumbent.runs_on(measurement.placement)
+    earlier = incumbent.samples_on(measurement.placement)  # the pair looks' (keep_rule.incumbent_side)
     if not reference:
         fresh.append(meter.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
         reference = [list(m.step_times_s) for m in measured([r for r in fresh if r.state == "complete"])]
@@ -78,7 +79,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
             return finish("discard", f"not faster after one run: {verdict.reason}")
         if kept:
             return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}")
-    if not fresh and steps.keep_rule == "sequential":
+    if not fresh and steps.keep_rule.looks_at_second_run:
         # The second run first: against the incumbent's runs so far it may decide (keep_rule.reuse_look).
         results.append(meter.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
         look = second_look(steps, records, job, results, reference, incumbent)
@@ -103,8 +104,9 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         return finish("discard", f"the confirmation run ended {second.state}: {second.reason}", second.state)
     if not fresh:
         return finish("discard", "the incumbent could not be measured again beside the candidate")
-    verdict = interleaved(meter, steps, records, fresh, results, floor)
-    verdict = more_pairs(meter, steps, records, trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict)
+    verdict = interleaved(meter, steps, records, fresh, results, floor, earlier, incumbent.trial)
+    verdict = more_pairs(meter, steps, records, trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict,
+                         earlier)
     failed = results[-1]
     if failed.state != "complete":
         return finish("discard", f"an extra run ended {failed.state}: {failed.reason}", failed.state)

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..config.job import Job
+from ..config.types import JsonObject
+from .keep_rule import SEQUENTIAL, KeepRule
 from ..workloads.jobs import kind_of
 from ..workloads.spec import SpecInputs
 from ..config.knobs import Knobs
@@ -29,10 +31,9 @@ class StepBudget:
     baseline_repeats: int = 3
     # Interleaved pairs added, at most, to a comparison that two pairs leave undecided.
     extra_pairs: int = 14
-    # "sequential": run-level test on a pooled spread, looked at after each pair (probes.sequential);
-    # "floor": the bootstrap interval must clear the baseline's A/A floor, at most 2 extra pairs (before
-    # issue 19; kept so `python -m bench.extra_pairs` can compare the two).
-    keep_rule: str = "sequential"
+    # How the runs decide: the sequential rule (keep_rule.py), or another KeepRule a benchmark compares
+    # with it (bench/floor_rule.py: the rule before issue 19).
+    keep_rule: KeepRule = SEQUENTIAL
 
     @classmethod
     def for_job(cls, job: Job) -> "StepBudget":
@@ -64,7 +65,7 @@ class Specs:
     inject: Mapping[int, str] = field(default_factory=dict)
 
     def spec(self, kind: str, knobs: Knobs, trial: int, peaks: Mapping[str, Any], ceiling: bool = False,
-             peak_cache: dict[str, Any] | None = None, workdir: Path | None = None) -> dict[str, Any]:
+             peak_cache: JsonObject | None = None, workdir: Path | None = None) -> JsonObject:
         """The spec of one run of `knobs` (a "frame" or a "trial"): the one place a spec is built
         (messages.TrialSpec is its form; the executor checks it as it writes it). The fields every
         runner reads are made here, the rest by the job's kind (`Kind.spec_fields`).

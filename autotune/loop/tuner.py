@@ -30,11 +30,12 @@ from ..config.job import Job
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
 from ..config.measurement import Decision, Measurement
-from ..config.messages import RunResult
+from ..config.messages import RunResult, thawed
 from ..config.records import TrialRecord
 from ..config.types import JsonObject
+from ..kb.features import FeatureView
 from . import judge, limits
-from .limits import frame_limit, silent_limit
+from .limits import Frame, device_of, frame_limit, limits_of, silent_limit
 from ..probes import stats
 from .learn import Memory
 from .measuring import Meter
@@ -125,24 +126,26 @@ class Tuner:
         return self.meter().room_for(runs)
 
     # -- phases -----------------------------------------------------------------------------
-    def frame(self) -> dict[str, Any]:
+    def frame(self) -> Frame:
         if self.display:
             self.display.running(None, "frame: device, model and data")
         spec = self.specs.spec("frame", self.job.start, 0, self.state.peaks, peak_cache=read_peak_cache(self.kb))
-        result = self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S)
-        if result["state"] != "complete":
-            raise AutotuneError(f"the frame step failed ({result['state']}): {result['reason']}")
-        remember_peaks(self.kb, result["frame"]["device"]["peaks"])
-        self.state.peaks = result["frame"]["device"]["peaks"]
-        self.memory.start(result["frame"])
-        write_json_atomic(self.folder.frame, {"schema_version": 1, **result["frame"]})
-        frame: dict[str, Any] = result["frame"]
+        result = RunResult.from_dict(self.executor.run(spec, self.folder.trial_dir("frame"), FRAME_TIMEOUT_S),
+                                     check=False)
+        if result.state != "complete" or result.frame is None:
+            raise AutotuneError(f"the frame step failed ({result.state}): {result.reason}")
+        frame: Frame = thawed(result.frame)
+        peaks = device_of(frame)["peaks"]
+        remember_peaks(self.kb, peaks)
+        self.state.peaks = peaks
+        self.memory.start(frame)
+        write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         return frame
 
     def baseline(self) -> tuple[Incumbent, Measurement, float]:
         past = self.memory.replay(self.job.start, self.job.start)
-        if past is not None and past["state"] == "complete" and len(past["measurements"]) >= 2:
-            return self._replayed_baseline(TrialRecord.from_dict(past), past["experiment"])
+        if past is not None and past.state == "complete" and len(past.measurements) >= 2:
+            return self._replayed_baseline(past, str(past["experiment"]))
         # Where the knowledge base holds this device's run-to-run spread, one repeat less: the spread is
         # not the baseline's alone (learn.spread_prior). The first repeat also runs the worst-case batch.
         prior = self.memory.spread_prior()
@@ -213,9 +216,9 @@ class Tuner:
         frame = self.frame()
         incumbent, base_measurement, floor = self.baseline()
         return Started(self.complete_frame(frame, base_measurement), incumbent, base_measurement, floor)
-    def complete_frame(self, frame: dict[str, Any], base_measurement: Measurement) -> dict[str, Any]:
+    def complete_frame(self, frame: Frame, base_measurement: Measurement) -> Frame:
         # The numerics opt-in holds for every runner: an MLP's or a script's frame does not know of it.
-        limits = frame.get("limits", [])
+        limits = limits_of(frame)
         limits = limits + [lim for lim in numerics_limits(self.job.allow_numerics_change) if lim not in limits]
         ceiling = base_measurement.ceiling
         frame = {**frame, "ceiling": ceiling.to_dict() if ceiling else None, "breakdown": base_measurement.breakdown,
@@ -288,7 +291,7 @@ class Tuner:
         state = self.state
         incumbent, trial, frame = state.incumbent, state.trials_done, state.frame_facts
         features = self.memory.features(incumbent.knobs, incumbent.profile)
-        hypotheses, skipped = rank(incumbent.knobs, frame["device"], self.job.effective_batch, state.measured,
+        hypotheses, skipped = rank(incumbent.knobs, device_of(frame), self.job.effective_batch, state.measured,
                                    self.memory.claims, features, state.blocked.get(key(incumbent.knobs), ()))
         warm = self.memory.warm_start(incumbent.knobs, state.measured) if trial == 0 else None
         if warm is not None:
@@ -296,7 +299,7 @@ class Tuner:
         hypotheses, skipped = self._allowed(hypotheses, skipped)
         # Beyond the ranked singles: undo parts of a kept combination, pool, then a model of all trials.
         least = judge.stop_floor(self.steps, state.records, state.noise_floor)
-        hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, state.records, frame["device"],
+        hypotheses, spent = next_hypotheses(incumbent.knobs, hypotheses, state.records, device_of(frame),
                                             self.job.effective_batch, state.measured, self.memory.claims,
                                             features, least, self._allowed, skipped)
         check = warm_check(incumbent.knobs, self.job.start, state.records, state.measured,
@@ -326,7 +329,8 @@ class Tuner:
         state.take(done.counts)
         state.measured.add(key(done.knobs))
         if done.limit is not None:
-            state.frame_facts.setdefault("limits", []).append(done.limit)
+            # In place: the knowledge base's run record holds the frame with the limits found since.
+            state.frame_facts["limits"] = [*limits_of(state.frame_facts), done.limit]
         self._journal(done.record, done.incumbent.knobs, done.hypothesis, done.incumbent.profile)
         return state.conclude(state.records[-1], done.hypothesis.change, done.measurements, done.incumbent)
 
@@ -353,14 +357,14 @@ class Tuner:
         for tracker in self.trackers:  # after the run folder has it: the folder is the source of truth
             tracker.trial(self, record)
 
-    def _first_on_start(self, frame: dict[str, Any], incumbent: Incumbent) -> Hypothesis | None:
+    def _first_on_start(self, frame: Frame, incumbent: Incumbent) -> Hypothesis | None:
         """The change the ranking puts first on the user's config (next_change.warm_check)."""
         features = self.memory.features(self.job.start, incumbent.profile)
-        ranked, _ = rank(self.job.start, frame["device"], self.job.effective_batch, self.state.measured, self.memory.claims,
+        ranked, _ = rank(self.job.start, device_of(frame), self.job.effective_batch, self.state.measured, self.memory.claims,
                          features, ())
         return next(iter(self._allowed(ranked, [])[0]), None)
 
-    def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: dict[str, Any], features: dict[str, Any],
+    def _ask_llm(self, before_trial: int, incumbent: Incumbent, frame: Frame, features: FeatureView,
                  ranked: list[Hypothesis], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
         """The LLM's checked proposals go first, the ranking after; its new claims join the beliefs."""
         from ..reasoner.llm import prompt_context
@@ -369,7 +373,7 @@ class Tuner:
         claims, records, model = self.memory.claims, self.state.records, self.job.llm.model
         context = prompt_context(features, incumbent.knobs, self.job.effective_batch, records, claims, ranked,
                                  skipped, [r.change for r in records if r.change])
-        proposal = self.llm.propose(context, incumbent.knobs, frame["device"], self.job.effective_batch,
+        proposal = self.llm.propose(context, incumbent.knobs, device_of(frame), self.job.effective_batch,
                                     self.state.measured, claims, features)
         proposal.hypotheses, cannot = self._allowed(proposal.hypotheses, [], report_only=True)
         for change, why in cannot:

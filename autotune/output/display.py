@@ -9,6 +9,7 @@ plain line per finished trial and the final table.
 from __future__ import annotations
 
 import errno
+import logging
 import time
 from typing import Any
 
@@ -131,6 +132,9 @@ class Progress:
                     + (f"; {len(call['claims'])} new claim(s)" if call["claims"] else ""))
         self.console.print(f"{self._elapsed()} {shown(text)}", highlight=False, soft_wrap=True)
 
+    def note(self, text: str) -> None:
+        self.console.print(shown(text), highlight=False, soft_wrap=True)
+
     def close(self) -> None:
         if self.live is not None:
             self.live.stop()
@@ -153,3 +157,25 @@ class Progress:
                            f"([bold]x{outcome.speedup:.2f}[/bold] by interleaved comparisons) in "
                            f"{outcome.device_runs} device runs, {outcome.device_s:.0f}s; "
                            f"report: {shown(folder)}/report.md", highlight=False, soft_wrap=not self.interactive)
+
+
+class ConsoleHandler(logging.Handler):
+    """The console display as a logging handler, installed by the CLI on the "autotune" logger: each
+    event the tune logs (events.py) calls the Progress method it names; any other record is a line.
+    Nothing is caught here: a closed stdout ends the command as it would without logging between."""
+
+    def __init__(self, progress: Progress) -> None:
+        super().__init__(logging.INFO)
+        self.progress = progress
+
+    def handle(self, record: logging.LogRecord) -> bool:
+        # Events below INFO (the live line's "running") are the display's too: the level is for others.
+        event = getattr(record, "autotune_event", None)
+        if event is not None:
+            method, args = event
+            getattr(self.progress, method)(*args)
+            return True
+        return super().handle(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.progress.note(record.getMessage())

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ..config.types import Device
 from ..config.knobs import Knobs, not_applicable
 
 
-def together(incumbent: Knobs, changes: Iterable[tuple[str, Any]], device: dict[str, Any],
+def together(incumbent: Knobs, changes: Iterable[tuple[str, Any]], device: Device,
              effective_batch: int) -> list[tuple[str, Any]]:
     """The largest prefix-ordered subset of `changes` that applies as one config: added while each
     applies (flash attention once bf16 is in, in any order given), then any change the final config
@@ -41,7 +42,7 @@ def together(incumbent: Knobs, changes: Iterable[tuple[str, Any]], device: dict[
             current = current.with_change(knob, value)
 
 
-def applies(knobs: Knobs, start: Knobs, device: dict[str, Any], effective_batch: int) -> str | None:
+def applies(knobs: Knobs, start: Knobs, device: Device, effective_batch: int) -> str | None:
     """Why the config `knobs` (reached from `start`) is one no rule allows, or None when every knob it
     changed applies on it."""
     for name, (_, value) in start.diff(knobs).items():
@@ -51,7 +52,7 @@ def applies(knobs: Knobs, start: Knobs, device: dict[str, Any], effective_batch:
     return None
 
 
-def repaired(incumbent: Knobs, changes: tuple[tuple[str, Any], ...], device: dict[str, Any],
+def repaired(incumbent: Knobs, changes: tuple[tuple[str, Any], ...], device: Device,
              effective_batch: int) -> tuple[tuple[str, Any], ...] | None:
     """`changes` plus what the config they make needs put back to its default so every knob applies
     (padding off longest takes group_by_length=True back to False: it means nothing there, and no

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Sequence
 
+from ..kb.features import FeatureView
+from ..config.types import Device
 from ..kb.claims import Claim
 from ..config.knobs import CATALOG_ORDER, INTERACTIONS, Knobs, not_applicable
 from ..config.records import RecordLike, Source, TrialRecord, typed
@@ -117,8 +119,8 @@ def combined_kept(records: Sequence[RecordLike]) -> tuple[Knobs, TrialRecord] | 
     return before, record
 
 
-def reverts(incumbent: Knobs, records: Sequence[RecordLike], measured: set[tuple[Any, ...]], device: dict[str, Any],
-            effective_batch: int, claims: Iterable[Claim] = (), features: dict[str, Any] | None = None) -> list[Hypothesis]:
+def reverts(incumbent: Knobs, records: Sequence[RecordLike], measured: set[tuple[Any, ...]], device: Device,
+            effective_batch: int, claims: Iterable[Claim] = (), features: FeatureView | None = None) -> list[Hypothesis]:
     """After a combined change was kept (a warm start, a pooled change), each of its parts undone on
     its own: it was judged only together with the others, and one of them may cost here what the
     rest gain (a warm start's padding from another job's data). Each is scored by the beliefs
@@ -146,7 +148,7 @@ def reverts(incumbent: Knobs, records: Sequence[RecordLike], measured: set[tuple
     return out
 
 
-def undo_score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features: dict[str, Any],
+def undo_score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features: FeatureView,
                order: int) -> tuple[float, float, float, float, tuple[str, ...], str]:
     """P(helps), expected ratio, cost, score, claim ids and why, for setting `knob` back to `value`
     from the incumbent's: as rank.score does for a single change, from the claims about this change
@@ -177,7 +179,7 @@ def undo_score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], fea
     return p, ratio, cost, score, tuple(c.id for c, _, _ in sides), why
 
 
-def undecided_pair(incumbent: Knobs, records: Sequence[RecordLike], device: dict[str, Any], effective_batch: int,
+def undecided_pair(incumbent: Knobs, records: Sequence[RecordLike], device: Device, effective_batch: int,
                    measured: set[tuple[Any, ...]]) -> tuple[tuple[tuple[str, Any], ...], tuple[float, float]] | None:
     """The two best single changes on this incumbent that the noise left undecided (none lost beyond
     the noise floor, `lost`), made together; with their ratios. Where the model of

@@ -20,11 +20,12 @@ import os
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
+from ..config.types import Device, JsonObject
 from ..util.errors import JobError
 from ..kb.claims import INT_KNOBS, Claim, ConditionError, parse_condition
-from ..kb.features import NUMERIC, fingerprint
+from ..kb.features import NUMERIC, FeatureView, fingerprint
 from ..config.records import Source, TrialRecord
 from ..config.knobs import CATALOG, Knobs, not_applicable, parse_knob_value
 from ..schemas import load
@@ -94,7 +95,7 @@ class Proposal:
     def reject(self, item: str, reason: str) -> None:
         self.rejected.append({"item": item[:200], "reason": reason})
 
-    def record(self, before_trial: int, model: str) -> dict[str, Any]:
+    def record(self, before_trial: int, model: str) -> JsonObject:
         return {"schema_version": 1, "before_trial": before_trial, "model": model, "state": self.state,
                 "latency_s": round(self.latency_s, 3), "error": self.error, "rejected": self.rejected,
                 "accepted": [{"change": h.change, "rationale": h.reason} for h in self.hypotheses],
@@ -112,9 +113,9 @@ SYSTEM = (
     "in plain words. Answer with JSON only, matching the given schema.")
 
 
-def prompt_context(features: dict[str, Any], incumbent: Knobs, effective_batch: int,
+def prompt_context(features: FeatureView, incumbent: Knobs, effective_batch: int,
                    history: Iterable[TrialRecord], claims: Iterable[Claim], ranked: Iterable[Hypothesis],
-                   skipped: Iterable[tuple[str, str]], measured: Iterable[str]) -> dict[str, Any]:
+                   skipped: Iterable[tuple[str, str]], measured: Iterable[str]) -> JsonObject:
     """What the model is shown: numbers and names only, never the user's data rows."""
     catalog = {name: {"kind": knob.kind, "choices": list(knob.choices), "help": knob.help}
                for name, knob in CATALOG.items()}
@@ -139,7 +140,7 @@ def prompt_context(features: dict[str, Any], incumbent: Knobs, effective_batch: 
     }
 
 
-def request(model: str, context: dict[str, Any]) -> dict[str, Any]:
+def request(model: str, context: JsonObject) -> JsonObject:
     """The chat-completions call, structured output constrained by the proposal schema."""
     schema = {k: v for k, v in load("llm_proposal").items() if not k.startswith("$")}
     return {"model": model, "temperature": 0,
@@ -150,7 +151,7 @@ def request(model: str, context: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- reading the answer --------------------------------------------------------------------------
-def _schema_errors(schema: dict[str, Any], item: Any) -> str | None:
+def _schema_errors(schema: Mapping[str, Any], item: Any) -> str | None:
     import jsonschema
 
     error = next(iter(jsonschema.Draft202012Validator(schema).iter_errors(item)), None)
@@ -160,13 +161,13 @@ def _schema_errors(schema: dict[str, Any], item: Any) -> str | None:
     return f"does not match the schema at {where}: {error.message[:200]}"
 
 
-def _past_limit(schema: dict[str, Any], name: str, index: int) -> str | None:
+def _past_limit(schema: Mapping[str, Any], name: str, index: int) -> str | None:
     limit = schema["properties"][name]["maxItems"]
     return f"more items than the schema allows ({limit})" if index >= limit else None
 
 
-def read_answer(text: str, model: str, incumbent: Knobs, device: dict[str, Any], effective_batch: int,
-                measured: set[tuple[Any, ...]], claims: list[Claim], features: dict[str, Any]) -> Proposal:
+def read_answer(text: str, model: str, incumbent: Knobs, device: Device, effective_batch: int,
+                measured: set[tuple[Any, ...]], claims: list[Claim], features: FeatureView) -> Proposal:
     """Check an answer item by item; what passes becomes hypotheses and claims. Pure."""
     proposal = Proposal()
     try:
@@ -214,8 +215,8 @@ def read_answer(text: str, model: str, incumbent: Knobs, device: dict[str, Any],
     return proposal
 
 
-def _hypothesis(item: dict[str, Any], model: str, incumbent: Knobs, device: dict[str, Any], effective_batch: int,
-                claims: list[Claim], features: dict[str, Any]) -> tuple[Hypothesis | None, str | None]:
+def _hypothesis(item: Mapping[str, Any], model: str, incumbent: Knobs, device: Device, effective_batch: int,
+                claims: list[Claim], features: FeatureView) -> tuple[Hypothesis | None, str | None]:
     said = instructions_in(item["rationale"])
     if said:
         return None, said
@@ -239,7 +240,7 @@ def _hypothesis(item: dict[str, Any], model: str, incumbent: Knobs, device: dict
     return replace(scored, reason=reason, also=tuple(rest), source=Source.LLM), None
 
 
-def _claim(item: dict[str, Any], model: str, features: dict[str, Any]) -> tuple[Claim | None, str | None]:
+def _claim(item: Mapping[str, Any], model: str, features: FeatureView) -> tuple[Claim | None, str | None]:
     said = instructions_in(item["statement"])
     if said:
         return None, said
@@ -298,8 +299,8 @@ class LLMProposer:
                                   timeout=self.settings.timeout_s, max_retries=self.settings.retries)
         return self._client
 
-    def propose(self, context: dict[str, Any], incumbent: Knobs, device: dict[str, Any], effective_batch: int,
-                measured: set[tuple[Any, ...]], claims: list[Claim], features: dict[str, Any]) -> Proposal:
+    def propose(self, context: JsonObject, incumbent: Knobs, device: Device, effective_batch: int,
+                measured: set[tuple[Any, ...]], claims: list[Claim], features: FeatureView) -> Proposal:
         started = time.monotonic()
         try:
             response = self.client().chat.completions.create(**request(self.settings.model, context))

@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..kb.features import FeatureView
+from ..config.types import Device, JsonObject
 from ..kb.claims import Claim, change_value
 # CATALOG_ORDER: the knobs tried and their values, in the table's tie order (config/knobs/table.py).
 from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors, not_applicable, parse_knob_value
@@ -72,7 +74,7 @@ class Hypothesis:
             knobs = knobs.with_change(knob, value)
         return knobs
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"change": self.change, "p_helps": round(self.p_helps, 4), "expected_ratio": round(self.expected_ratio, 4),
                 "cost": round(self.cost, 3), "score": round(self.score, 5), "claims": list(self.claims),
                 "rationale": self.reason, "source": self.source.value}
@@ -98,7 +100,7 @@ MAX_JUMP = 8
 
 
 def _values(knob: str, listed: tuple[Any, ...], incumbent: Knobs, effective_batch: int,
-            features: dict[str, Any]) -> Iterable[Any]:
+            features: FeatureView) -> Iterable[Any]:
     if CATALOG[knob].vision and not features.get("vlm"):
         return ()
     if CATALOG[knob].climb != "divisors":
@@ -108,7 +110,9 @@ def _values(knob: str, listed: tuple[Any, ...], incumbent: Knobs, effective_batc
     position = options.index(current)
     # Larger first: a larger micro-batch is the usual win; smaller is tried when larger lost.
     values = [options[i] for i in (position + 1, position - 1) if 0 <= i < len(options)]
-    jump = _largest_fitting(current, options, features.get("headroom"))
+    headroom = features.get("headroom")  # a share, where the incumbent's worst-case batch was measured
+    measured = float(headroom) if isinstance(headroom, (int, float)) and not isinstance(headroom, bool) else None
+    jump = _largest_fitting(current, options, measured)
     if jump is not None and values and jump > values[0]:
         values.insert(0, jump)
     return values
@@ -126,8 +130,8 @@ def _largest_fitting(micro: int, options: list[int], headroom: float | None) -> 
     return larger[-1] if larger else None
 
 
-def rank(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple[Any, ...]],
-         claims: Iterable[Claim] = (), features: dict[str, Any] | None = None,
+def rank(incumbent: Knobs, device: Device, effective_batch: int, measured: set[tuple[Any, ...]],
+         claims: Iterable[Claim] = (), features: FeatureView | None = None,
          blocked: Iterable[str] = ()) -> tuple[list[Hypothesis], list[tuple[str, str]]]:
     """Untried changes, best first, and the (change, why not) of those that cannot apply here.
 
@@ -193,14 +197,14 @@ def _combine(claims: list[Claim], against: Sequence[Claim] = ()) -> tuple[float,
     return p, ratio, uncertainty
 
 
-def _when(claim: Claim, features: dict[str, Any]) -> str:
+def _when(claim: Claim, features: FeatureView) -> str:
     """The claim's condition, with this job's value beside each numeric clause: why it matches."""
     clauses = [f"{c} [{features.get(c.feature)}]" if isinstance(c.value, (int, float)) and not isinstance(c.value, bool)
                else str(c) for c in claim.condition]
     return "when " + ", ".join(clauses) if clauses else "always"
 
 
-def _why(claims: list[Claim], features: dict[str, Any], against: Sequence[Claim] = ()) -> str:
+def _why(claims: list[Claim], features: FeatureView, against: Sequence[Claim] = ()) -> str:
     if not claims and not against:
         return "no claim speaks of this change for this job: tried to find out"
     parts = []
@@ -217,7 +221,7 @@ def _why(claims: list[Claim], features: dict[str, Any], against: Sequence[Claim]
     return "; ".join(parts)
 
 
-def _scored(knob: str, value: Any, matched: list[Claim], features: dict[str, Any], order: int,
+def _scored(knob: str, value: Any, matched: list[Claim], features: FeatureView, order: int,
             also: tuple[tuple[str, Any], ...] = (), against: Sequence[Claim] = (), steps: float = 1.0) -> Hypothesis:
     p, ratio, uncertainty = _combine(matched, against)
     ratio = ratio ** steps
@@ -231,7 +235,7 @@ def _scored(knob: str, value: Any, matched: list[Claim], features: dict[str, Any
                       score=value_score, claims=tuple(c.id for c in [*matched, *against]), also=also)
 
 
-def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features: dict[str, Any],
+def score(knob: str, value: Any, incumbent: Knobs, claims: list[Claim], features: FeatureView,
           order: int = 0) -> Hypothesis:
     """One single change, scored from the claims that match it here (not those about combinations).
 
@@ -273,8 +277,8 @@ def _enabling(claim: Claim) -> str | None:
     return next((change for kind, change in claim.relations if kind == "enables"), None)
 
 
-def _enabled(incumbent: Knobs, device: dict[str, Any], effective_batch: int, measured: set[tuple[Any, ...]],
-             claims: list[Claim], features: dict[str, Any], blocked: set[str]) -> list[Hypothesis]:
+def _enabled(incumbent: Knobs, device: Device, effective_batch: int, measured: set[tuple[Any, ...]],
+             claims: list[Claim], features: FeatureView, blocked: set[str]) -> list[Hypothesis]:
     """Combined changes: a change a claim says enables another (checkpointing -> a larger micro-batch)
     made together with it, when the claim matches here or the enabled change already did not fit."""
     found: list[Hypothesis] = []
@@ -319,7 +323,7 @@ def _target_value(knob: str, text: str, incumbent: Knobs, effective_batch: int) 
     return text
 
 
-def pooled(incumbent: Knobs, records: Iterable[RecordLike], device: dict[str, Any], effective_batch: int,
+def pooled(incumbent: Knobs, records: Iterable[RecordLike], device: Device, effective_batch: int,
            measured: set[tuple[Any, ...]]) -> Hypothesis | None:
     """Once every single change has been tried: those that measured faster than this incumbent but
     within the noise floor, made together. Gains each too small to tell from noise can add up to one

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ..kb.claims import Claim, Clause, Evidence, Update, change_value, condition_text
-from ..kb.features import NUMERIC, fingerprint
+from ..config.types import JsonObject
+from ..kb.features import NUMERIC, FeatureView, fingerprint
 
 MIN_SPLIT_EVIDENCE = 4      # at least this many results, at least 2 on each side of the split
 MIN_SIDE = 2
@@ -37,19 +38,19 @@ class Observation:
 
     experiment: str
     changes: tuple[tuple[str, Any, Any], ...]   # (knob, incumbent value, new value)
-    features: dict[str, Any]
+    features: FeatureView
     ratio: float
     outcome: str                                # helps | hurts | neutral
     claims: tuple[str, ...] = ()                # for a combined change: the claims that proposed it
     run: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     @property
     def evidence(self) -> Evidence:
         return Evidence(self.experiment, round(self.ratio, 5), self.outcome, dict(self.features))
 
 
-def outcome_of(record: dict[str, Any]) -> str | None:
+def outcome_of(record: Mapping[str, Any]) -> str | None:
     """helps / hurts / neutral from an experiment record, or None when it says nothing about speed
     (a crash, an OOM, a parity failure: those are about whether a change is allowed, not its speed)."""
     if record.get("state") not in ("complete", "replayed") or record.get("ratio") is None:

@@ -24,6 +24,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ..config.types import Device
+from ..kb.features import FeatureView
 from ..kb.claims import Claim
 from ..config.knobs import CATALOG, CATALOG_ORDER, Knobs, divisors
 from .combine import repaired
@@ -43,7 +45,7 @@ PAIR_SDS = (0.03, 0.1, 0.2, 0.3)
 MIN_SD = 0.01           # no measurement is trusted beyond 1% (the interval of a few steps)
 
 
-def space(incumbent: Knobs, effective_batch: int, features: dict[str, Any]) -> dict[str, list[Any]]:
+def space(incumbent: Knobs, effective_batch: int, features: FeatureView) -> dict[str, list[Any]]:
     """The values each knob may take: the catalog's, every micro-batch that divides the batch."""
     values: dict[str, list[Any]] = {}
     for knob, listed in CATALOG_ORDER:
@@ -58,7 +60,7 @@ class Model:
     """Terms: (knob, value) for values other than the user's, and ((k1, v1), (k2, v2)) for pairs of
     knobs both moved off the user's values (linked pairs with the wider prior)."""
 
-    def __init__(self, start: Knobs, values: dict[str, list[Any]], claims: list[Claim], features: dict[str, Any]) -> None:
+    def __init__(self, start: Knobs, values: dict[str, list[Any]], claims: list[Claim], features: FeatureView) -> None:
         self.start = start
         self.mains = [(k, v) for k, vs in values.items() for v in vs if v != getattr(start, k)]
         self.pairs_of = {frozenset((a, b)) for a in values for b in linked(a, claims) if b in values and b != a}
@@ -139,8 +141,8 @@ class Model:
         return mu, sd, improvement
 
 
-def proposals(incumbent: Knobs, records: Sequence[RecordLike], device: dict[str, Any], effective_batch: int,
-              measured: set[tuple[Any, ...]], claims: Iterable[Claim] = (), features: dict[str, Any] | None = None,
+def proposals(incumbent: Knobs, records: Sequence[RecordLike], device: Device, effective_batch: int,
+              measured: set[tuple[Any, ...]], claims: Iterable[Claim] = (), features: FeatureView | None = None,
               reach: int = 2) -> list[Hypothesis]:
     """Every config one or two changes from the incumbent that applies here and was not measured,
     best expected improvement first (its `score`; `expected_ratio` the expected gain)."""

@@ -18,6 +18,7 @@ from table_outcomes import FRAME, LOSSES, WORKLOAD
 from autotune.util.errors import AutotuneError
 from autotune.output.records import RunFolder
 from autotune.loop.tuner import Tuner
+from bench.floor_rule import FLOOR
 
 
 class TableExecutor:
@@ -64,7 +65,7 @@ def tune_on_floor(tmp_path, executor, **keys):
     """The keep rule before issue 19 (the interval clears the baseline's A/A floor, two extra pairs at
     most), still selectable so bench.extra_pairs can compare it with the sequential rule."""
     tuner = Tuner(tiny_job(**keys), executor, tmp_path)
-    tuner.steps = dataclasses.replace(tuner.steps, keep_rule="floor", extra_pairs=2)
+    tuner.steps = dataclasses.replace(tuner.steps, keep_rule=FLOOR, extra_pairs=2)
     return tuner, tuner.run()
 
 

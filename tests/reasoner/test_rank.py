@@ -122,3 +122,22 @@ def test_changes_each_faster_within_the_noise_are_pooled_once_the_singles_are_sp
     assert pooled(start, records[:2], CPU, 16, set()) is None
     # Records made on another incumbent do not count for this one.
     assert pooled(start.with_change("gradient_checkpointing", True), records, CPU, 16, set()) is None
+
+
+def test_fp32_is_tried_back_from_a_half_precision_only_where_the_device_emulates_it():
+    # TRL's SFTConfig turns bf16 on by default; on a CPU without native bf16 (its bf16 products measured
+    # slower than fp32) going back to fp32 is the change to try, and the shipped priors say it helps.
+    from autotune.kb.beliefs import load_priors
+
+    bf16 = NAIVE.with_change("precision", "bf16")
+    features = {"device_kind": "cpu", "bf16_supported": False}
+    ready, skipped = rank(bf16, CPU, 16, set(), load_priors(), features)
+    back = next(h for h in ready if h.change == "precision=fp32")
+    assert back.claims == ("P66",) and back.p_helps > 0.5 and back.expected_ratio > 1
+    assert "precision=fp32" not in dict(skipped)
+    # Where bf16 runs natively it stays: fp32 is no change to try there, and says why.
+    ready, skipped = rank(bf16, CUDA, 16, set())
+    assert "precision=fp32" not in {h.change for h in ready}
+    assert "runs bf16 natively" in dict(skipped)["precision=fp32"]
+    # From fp32, nothing changes: fp32 is the start, never a change.
+    assert not [h for h in rank(NAIVE, CPU, 16, set())[0] if h.change == "precision=fp32"]

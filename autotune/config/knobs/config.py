@@ -12,6 +12,7 @@ from typing import Any
 
 from ...util.errors import JobError
 from ..inputs import check_digits
+from ..types import Device
 from .entry import Knob
 from .table import TABLE
 
@@ -115,7 +116,7 @@ def parse_knob_value(name: str, text: str) -> Any:
     return text
 
 
-def not_applicable(name: str, value: Any, knobs: Any, device: dict[str, Any], effective_batch: int) -> str | None:
+def not_applicable(name: str, value: Any, knobs: Any, device: Device, effective_batch: int) -> str | None:
     """Why `name=value` cannot be tried on top of `knobs` on this device and install; None if it can:
     the knob's own `requires` (device, installed packages, other knobs)."""
     knob = CATALOG.get(name)

@@ -7,11 +7,10 @@ compile, cpu_count, capability, the optional packages).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
+from ..types import Device
 from .values import HUB_FLASH, is_flash
-
-Device = Mapping[str, Any]
 
 # The package each optional kernel comes from, as `pip install` names it (all in the [gpu] extra).
 PACKAGES = {"liger": "liger-kernel", "bitsandbytes": "bitsandbytes", "torchao": "torchao"}
@@ -50,6 +49,8 @@ def precision(value: str, knobs: Any, device: Device, effective_batch: int) -> s
     half_only = [n for n in HALF_ONLY if getattr(knobs, n) not in ("float32", False)]
     if value != "bf16" and half_only:
         return f"{half_only[0]} computes in bf16: precision stays bf16 with it"
+    if value == "fp32" and knobs.precision in ("bf16", "fp16") and device.get(knobs.precision):
+        return f"this device runs {knobs.precision} natively: fp32 is tried only where it emulates {knobs.precision}"
     return None
 
 

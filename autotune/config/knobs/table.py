@@ -40,7 +40,8 @@ TABLE: tuple[Knob, ...] = (
          interacts=("padding", "per_device_train_batch_size", "precision"), numerics_class="precision",
          load=to.attention_load, script_names=("attn_implementation", "attention_implementation", "attention")),
     Knob("precision", "choice", PRECISIONS, naive="fp32", affects_memory=True,
-         help="fp32, bf16 or fp16 autocast, or tf32 matmuls", tries=("bf16", "tf32", "fp16"), rank=3,
+         # fp32 last: back from a half precision this device only emulates (TRL's bf16 default on a CPU).
+         help="fp32, bf16 or fp16 autocast, or tf32 matmuls", tries=("bf16", "tf32", "fp16", "fp32"), rank=3,
          requires=needs.precision, numerics_class="precision", sft=to.precision, script_role="precision",
          script_names=("precision", "mixed_precision", "dtype", "torch_dtype")),
     # Both ways: a user who starts with checkpointing or compile on should learn what they cost.

@@ -65,9 +65,9 @@ def test_image_blocks_are_what_the_idefics3_processor_writes_and_the_model_takes
         image = _image(height, width)
         out = reference(images=[[image]], text=["ab<image>cd"], return_tensors="pt")
         block = vision.image_block(height, width)
+        # What the processor writes is the reference. (Its private token count, _get_num_multimodal_tokens,
+        # stopped agreeing with what it writes in transformers 5.25: 68 against 108 written for 224 x 224.)
         assert out["input_ids"][0].tolist() == ab + block + cd
-        # The processor's own token arithmetic agrees with the block it writes.
-        assert reference._get_num_multimodal_tokens(image_sizes=[(height, width)])["num_image_tokens"][0] == len(block)
         tensors = vision.tensors([image])
         assert torch.equal(tensors["pixel_values"], out["pixel_values"])
         tiles = out["pixel_values"].shape[1]
