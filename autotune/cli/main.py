@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--fail-if-no-gain", action="store_true",
                       help=f"exit {NO_GAIN_EXIT} when no change was kept (the baseline is the best config)")
     from . import kb_commands
-    from ..loop.advice import add_parser
+    from .suggest import add_parser
 
     add_parser(commands)
     kb_commands.add_parser(commands)

@@ -9,16 +9,16 @@ and Adam state, activations per row at `max_len`, logits), and the report says i
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..util.errors import JobError
 from ..config.inputs import PATH_KEYS, check_digits, check_path, check_word, read_json, shown
-from ..kb.features import GPU_MEMORY_GB, NO_BF16, gpu_key, knob_features, logits_gb
+from ..config.types import Device, JsonObject
+from ..kb.features import GPU_MEMORY_GB, NO_BF16, Features, FeatureView, gpu_key, knob_features, logits_gb
 from ..config.job_keys import RANGES, range_text
 from ..config.knobs import CATALOG, NAIVE_START, Knobs, job_limits, not_applicable, parse_knob_value
 from ..config.presets import PRESETS
@@ -46,18 +46,6 @@ CAPABILITY = ((("h100", "h200", "h800"), "9.0"), (("4090", "l4", "l40", "l40s"),
               (("3090", "a10", "a5000", "a6000"), "8.6"), (("a100",), "8.0"), (("b200",), "10.0"))
 
 
-def add_parser(commands: Any) -> None:
-    parser = commands.add_parser("suggest", help="advice for a job from the beliefs alone (no device needed)",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 usage="autotune suggest key=value ... [--json]",
-                                 epilog="keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in SUGGEST_KEYS.items())
-                                 + "\n  and any knob of the catalog as the starting config (default the naive one)"
-                                 + "\n\nexample:\n  autotune suggest model=Qwen/Qwen2.5-7B method=lora max_len=4096 gpu=4090")
-    parser.add_argument("words", nargs="*", metavar="key=value")
-    parser.add_argument("--json", action="store_true", help="print JSON for machines")
-    parser.set_defaults(handler=lambda args: run(args.words, args.json))
-
-
 def _number(key: str, text: str, low: float, high: float) -> float:
     check_digits(key, text)
     try:
@@ -78,11 +66,24 @@ def _whole(key: str, text: str) -> int:
     return int(text)
 
 
-def _first(config: dict[str, Any], *names: str) -> Any:
+@dataclass(frozen=True)
+class ModelShape:
+    """A model's size and shape, from its name or its config.json, as the memory estimate reads it."""
+
+    params: float
+    layers: int
+    hidden: int
+    vocab: int
+    heads: int
+    model_family: str | None
+    vision: bool
+
+
+def _first(config: Mapping[str, Any], *names: str) -> Any:
     return next((config[n] for n in names if config.get(n) is not None), None)
 
 
-def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
+def _shape_from_config(config: Mapping[str, Any]) -> ModelShape:
     vision = isinstance(config.get("text_config"), dict)
     if vision:  # image-text models: the language model's shape
         config = {**config["text_config"], "model_type": config.get("model_type")}
@@ -101,11 +102,10 @@ def _shape_from_config(config: dict[str, Any]) -> dict[str, Any]:
     head_dim = hidden // heads
     per_layer = hidden * (heads + 2 * kv) * head_dim + hidden * hidden + 3 * hidden * inter
     params = layers * per_layer + vocab * hidden * (1 if config.get("tie_word_embeddings") else 2)
-    return {"params": params, "layers": layers, "hidden": hidden, "vocab": vocab, "heads": heads,
-            "model_family": config.get("model_type"), "vision": vision}
+    return ModelShape(params, layers, hidden, vocab, heads, config.get("model_type"), vision)
 
 
-def _check_sizes(config: dict[str, Any], layers: Any, hidden: Any) -> None:
+def _check_sizes(config: Mapping[str, Any], layers: Any, hidden: Any) -> None:
     """The sizes the estimate multiplies are whole numbers in a sane range (a hand-edited config.json
     may hold text, floats or a 400-digit number, which the arithmetic below would choke on)."""
     named = {"layers": layers, "hidden size": hidden}
@@ -117,7 +117,7 @@ def _check_sizes(config: dict[str, Any], layers: Any, hidden: Any) -> None:
                            "10**9; fix the file or give model=SIZE instead (for example model=7B)")
 
 
-def model_shape(model: str) -> dict[str, Any]:
+def model_shape(model: str) -> ModelShape:
     """Size and shape of a model from its name or config, without loading it."""
     if model in PRESETS:
         return _shape_from_config(PRESETS[model])
@@ -137,11 +137,10 @@ def model_shape(model: str) -> dict[str, Any]:
     hidden = _ASPECT * layers
     family = next((f for f in ("qwen2", "llama", "mistral", "gemma", "phi") if f in model.lower().replace("qwen2.5", "qwen2")),
                   None)
-    return {"params": params, "layers": layers, "hidden": hidden, "vocab": _VOCAB, "heads": max(1, hidden // 128),
-            "model_family": family, "vision": False}
+    return ModelShape(params, layers, hidden, _VOCAB, max(1, hidden // 128), family, False)
 
 
-def estimate_headroom(shape: dict[str, Any], max_len: int, gpu_mem_gb: float, method: str, knobs: Knobs) -> float:
+def estimate_headroom(shape: ModelShape, max_len: int, gpu_mem_gb: float, method: str, knobs: Knobs) -> float:
     """Share of the card left free by a worst-case micro-batch (every row at max_len) of `knobs`.
 
     Full fine-tune: fp32 weights, gradients and Adam moments (16 bytes a parameter; 8-bit moments: 10).
@@ -153,9 +152,9 @@ def estimate_headroom(shape: dict[str, Any], max_len: int, gpu_mem_gb: float, me
     return round(1 - memory_bytes(shape, max_len, method, knobs) / (gpu_mem_gb * 1e9), 4)
 
 
-def memory_bytes(shape: dict[str, Any], max_len: int, method: str, knobs: Knobs) -> float:
+def memory_bytes(shape: ModelShape, max_len: int, method: str, knobs: Knobs) -> float:
     """The estimate behind `estimate_headroom`, in bytes."""
-    params, layers, hidden = shape["params"], shape["layers"], shape["hidden"]
+    params, layers, hidden = shape.params, shape.layers, shape.hidden
     half = knobs.precision in ("bf16", "fp16")
     if method == "lora":
         base = 0.5 if knobs.load_in_4bit else (2 if knobs.dtype == "bfloat16" else 4)
@@ -165,17 +164,30 @@ def memory_bytes(shape: dict[str, Any], max_len: int, method: str, knobs: Knobs)
     element = 34 if half else 68
     per_layer = max_len * hidden * element
     if knobs.attn_implementation == "eager":
-        per_layer += 5 * shape["heads"] * max_len**2 * (2 if half else 4)
+        per_layer += 5 * shape.heads * max_len**2 * (2 if half else 4)
     kept_layers = 1 + math.sqrt(layers) if knobs.gradient_checkpointing else layers
     if knobs.activation_offloading:
         kept_layers = 1
-    logits = max_len * shape["vocab"] * 8 if shape.get("vision") and not knobs.chunked_cross_entropy else 0
+    logits = max_len * shape.vocab * 8 if shape.vision and not knobs.chunked_cross_entropy else 0
     peak: float = state + knobs.per_device_train_batch_size * (kept_layers * per_layer + logits)
     return peak
 
 
-def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[str, Any], list[str], str]:
-    """(features, starting knobs, device facts, notes, kb folder) of a suggest command line."""
+@dataclass(frozen=True)
+class Words:
+    """What a suggest command line says: the job's features, the starting knobs, the device facts the card
+    stands for, the model's shape, notes on what is unknown or estimated, and the knowledge-base folder."""
+
+    features: Features
+    knobs: Knobs
+    device: Device
+    shape: ModelShape
+    notes: list[str]
+    kb: str
+
+
+def features_from_words(words: list[str]) -> Words:
+    """The job a suggest command line describes (`Words`)."""
     pairs: dict[str, str] = {}
     for word in words:
         check_word(word)
@@ -207,11 +219,12 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
                        f"effective_batch={batch}")
     shape = model_shape(pairs["model"])
     notes: list[str] = []
-    features: dict[str, Any] = {"device_kind": "cuda", "max_len": max_len, "effective_batch": batch, "method": method,
-                                "params_m": round(shape["params"] / 1e6, 1), "layers": shape["layers"],
-                                "hidden": shape["hidden"], "vocab": shape["vocab"]}
-    if shape.get("model_family"):
-        features["model_family"] = shape["model_family"]
+    features: Features = {"device_kind": "cuda", "max_len": max_len, "effective_batch": batch, "method": method,
+                          "params_m": round(shape.params / 1e6, 1), "layers": shape.layers,
+                          "hidden": shape.hidden, "vocab": shape.vocab}
+    if shape.model_family:
+        features["model_family"] = shape.model_family
+    gpu_mem_gb: float | None = None
     label = pairs.get("gpu", "")
     known = gpu_key(label) if label else None
     if "gpu_mem" in pairs:
@@ -219,9 +232,9 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
         match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(?:GB|G|GiB)?", pairs["gpu_mem"], re.IGNORECASE)
         if not match or float(match.group(1)) <= 0:
             raise JobError(f"gpu_mem={pairs['gpu_mem']!r}: expected {SUGGEST_KEYS['gpu_mem']}")
-        features["gpu_mem_gb"] = float(match.group(1))
+        gpu_mem_gb = features["gpu_mem_gb"] = float(match.group(1))
     elif known:
-        features["gpu_mem_gb"] = float(GPU_MEMORY_GB[known])
+        gpu_mem_gb = features["gpu_mem_gb"] = float(GPU_MEMORY_GB[known])
     elif label:
         notes.append(f"gpu={label}: memory unknown; give gpu_mem= for advice that depends on memory")
     features["bf16_supported"] = not any(old in label.lower() for old in NO_BF16)
@@ -230,11 +243,11 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
             features[key] = _number(key, pairs[key], 0.0, high)
         else:
             notes.append(f"{key} unknown: advice that depends on it is not given (add {key}=...)")
-    features["logits_gb"] = logits_gb(shape["vocab"], max_len)
-    if "gpu_mem_gb" in features:
-        raw = estimate_headroom(shape, max_len, features["gpu_mem_gb"], method, knobs)
-        features["headroom"] = max(0.0, raw)
-        notes.append(f"headroom {features['headroom']:.2f} is an estimate from the model's size (no device measured)")
+    features["logits_gb"] = logits_gb(shape.vocab, max_len)
+    if gpu_mem_gb is not None:
+        raw = estimate_headroom(shape, max_len, gpu_mem_gb, method, knobs)
+        features["headroom"] = headroom = max(0.0, raw)
+        notes.append(f"headroom {headroom:.2f} is an estimate from the model's size (no device measured)")
         if raw <= 0:
             notes.append(f"the start config does not fit: an estimated {1 - raw:.1f}x the card's memory")
     features.update(knob_features(knobs))
@@ -242,10 +255,16 @@ def features_from_words(words: list[str]) -> tuple[dict[str, Any], Knobs, dict[s
     # A card with the [gpu] extra installed; FlashAttention-3 and fp8 where its compute capability has them.
     device = {"kind": "cuda", "bf16": features["bf16_supported"], "tf32": features["bf16_supported"],
               "flash_attn": True, "flash_attn_3": capability.startswith("9."), "compile": True, "fused_adamw": True,
-              "cpu_count": 8, "memory_bytes": int(features.get("gpu_mem_gb", 0) * 1e9), "capability": capability,
-              "liger": True, "bitsandbytes": True, "torchao": True,
-              "shape": shape}
-    return features, knobs, device, notes, pairs.get("kb", "")
+              "cpu_count": 8, "memory_bytes": int((gpu_mem_gb or 0) * 1e9), "capability": capability,
+              "liger": True, "bitsandbytes": True, "torchao": True}
+    return Words(features, knobs, device, shape, notes, pairs.get("kb", ""))
+
+
+def _job(features: FeatureView) -> tuple[int, str, int, float]:
+    """(max_len, method, effective_batch, the card's memory in GB) from a suggest line's features."""
+    max_len, method, batch, gpu = (features.get(k) for k in ("max_len", "method", "effective_batch", "gpu_mem_gb"))
+    assert isinstance(max_len, int) and isinstance(method, str) and isinstance(batch, int)
+    return max_len, method, batch, float(gpu) if isinstance(gpu, (int, float)) else 0.0
 
 
 # Changes that lower the estimated memory, tried in this order to make a start config fit (the largest
@@ -254,8 +273,8 @@ FIT_ORDER = (("precision", "bf16"), ("dtype", "bfloat16"), ("attn_implementation
              ("chunked_cross_entropy", True), ("gradient_checkpointing", True), ("activation_offloading", True))
 
 
-def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape: dict[str, Any],
-                  features: dict[str, Any], limits: list[dict[str, Any]]) -> list[Any]:
+def fitting_first(ready: list[Any], start: Knobs, device: Device, shape: ModelShape,
+                  features: FeatureView, limits: list[JsonObject]) -> list[Any]:
     """Where the estimate says the start config does not fit, what makes it fit goes first: the single
     changes that fit alone (best scored first), else one combined change of the memory savers in
     FIT_ORDER that the job's `limits` allow (as tune's frame would), added until the estimate fits; then
@@ -265,7 +284,7 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
     from ..config.records import Source
     from ..reasoner.rank import Hypothesis
 
-    max_len, method, batch, gpu = features["max_len"], features["method"], features["effective_batch"], features["gpu_mem_gb"]
+    max_len, method, batch, gpu = _job(features)
     if estimate_headroom(shape, max_len, gpu, method, start) > 0:
         return ready
     after = {id(h): estimate_headroom(shape, max_len, gpu, method, h.apply(start)) for h in ready}
@@ -289,7 +308,7 @@ def fitting_first(ready: list[Any], start: Knobs, device: dict[str, Any], shape:
     return fitting + rest
 
 
-def job_frame_limits(method: str, numerics: bool, vision: bool) -> list[dict[str, Any]]:
+def job_frame_limits(method: str, numerics: bool, vision: bool) -> list[JsonObject]:
     """The limits tune's frame would set from the job alone: a text job's SFTTrainer (the chunked loss is
     its already) and the job's own (a full fine-tune's fp32 weights, the numerics opt-in)."""
     from ..workloads.hf.runner import sft_limits
@@ -299,7 +318,7 @@ def job_frame_limits(method: str, numerics: bool, vision: bool) -> list[dict[str
     return sft_limits({"method": method, "allow_numerics_change": numerics})
 
 
-def advise(words: list[str]) -> dict[str, Any]:
+def advise(words: list[str]) -> JsonObject:
     from ..config.job import parse_flag
     from ..kb import Store, kb_folder
     from ..kb.beliefs import Beliefs
@@ -308,14 +327,14 @@ def advise(words: list[str]) -> dict[str, Any]:
 
     opt_in = [w for w in words if w.startswith("allow_numerics_change=")]
     numerics = parse_flag("allow_numerics_change", opt_in[-1].partition("=")[2]) if opt_in else False
-    features, knobs, device, notes, kb = features_from_words([w for w in words if w not in opt_in])
-    folder = kb_folder(kb)
+    said = features_from_words([w for w in words if w not in opt_in])
+    features, knobs, device, shape, notes = said.features, said.knobs, said.device, said.shape, said.notes
+    folder = kb_folder(said.kb)
     if folder.exists() and not folder.is_dir():
         raise JobError(f"kb={folder}: is a file, not a knowledge-base folder; give its folder")
     beliefs = Beliefs(Store(folder)) if folder.exists() else Beliefs()
-    shape = device.pop("shape")
-    ready, skipped = rank(knobs, device, features["effective_batch"], set(), beliefs.claims(), features)
-    limits = job_frame_limits(features["method"], numerics, shape["vision"])
+    ready, skipped = rank(knobs, device, _job(features)[2], set(), beliefs.claims(), features)
+    limits = job_frame_limits(_job(features)[1], numerics, shape.vision)
     for hypothesis in list(ready):
         why = next((w for name, value in hypothesis.changes if (w := frame_limit({"limits": limits}, name, value))),
                    None)
@@ -332,42 +351,14 @@ def advise(words: list[str]) -> dict[str, Any]:
             "skipped": [{"change": change, "why": why} for change, why in skipped]}
 
 
-def _say_what_fits(notes: list[str], ready: list[Any], start: Knobs, shape: dict[str, Any],
-                   features: dict[str, Any]) -> None:
+def _say_what_fits(notes: list[str], ready: list[Any], start: Knobs, shape: ModelShape,
+                   features: FeatureView) -> None:
     """The does-not-fit note says whether the first change makes the start fit, or that none does."""
     at = next((i for i, note in enumerate(notes) if note.startswith("the start config does not fit")), None)
     if at is None:
         return
-    fits = bool(ready) and estimate_headroom(shape, features["max_len"], features["gpu_mem_gb"], features["method"],
-                                             ready[0].apply(start)) > 0
+    max_len, method, _, gpu = _job(features)
+    fits = bool(ready) and estimate_headroom(shape, max_len, gpu, method, ready[0].apply(start)) > 0
     notes[at] += ("; what makes it fit is ranked first" if fits else
                   "; no change autotune can make fits it on this card (estimated): a smaller model, shorter rows "
                   "or a larger card")
-
-
-def run(words: list[str], as_json: bool) -> int:
-    advice = advise(words)
-    if as_json:
-        print(json.dumps(advice, indent=1))
-        return 0
-    from rich.table import Table
-
-    from ..output.display import new_console, shown as plain
-
-    console = new_console()
-    shown = {k: advice["features"][k] for k in ("params_m", "max_len", "effective_batch", "method", "gpu_mem_gb",
-                                                "headroom") if k in advice["features"]}
-    console.print(plain("job: " + ", ".join(f"{k}={v}" for k, v in shown.items())), highlight=False)
-    table = Table(title="what to try, best first (from the beliefs; nothing measured)")
-    for column in ("#", "change", "P(helps)", "ratio if it helps", "why"):
-        table.add_column(column, overflow="fold")
-    for n, hypothesis in enumerate(advice["hypotheses"], 1):
-        why = hypothesis["rationale"] + (f" [sources: {'; '.join(hypothesis['sources'])}]" if hypothesis["sources"] else "")
-        table.add_row(str(n), plain(hypothesis["change"]), f"{hypothesis['p_helps']:.2f}",
-                      f"x{hypothesis['expected_ratio']:.2f}", plain(why))
-    console.print(table)
-    for item in advice["skipped"]:
-        console.print(plain(f"cannot apply: {item['change']}: {item['why']}"), highlight=False)
-    for note in advice["notes"]:
-        console.print(plain(f"note: {note}"), highlight=False)
-    return 0

@@ -10,7 +10,7 @@ import pytest
 from autotune.cli.main import main
 from autotune.kb.beliefs import Beliefs, load_priors
 from autotune.kb.claims import Evidence, Update
-from autotune.kb.experience import Experience
+from autotune.kb.experience import Experience, Identity
 from autotune.kb.store import Store
 from autotune.reasoner.revise import find_split
 
@@ -45,7 +45,7 @@ def record_run(folder: Path, run: str = "r1") -> str:
     run_id = f"{run}@20250101T000000-abcdef"
     store = Store(folder)
     job = {"run": run, "model": "tiny-qwen2", "max_len": 64, "effective_batch": 4, "method": "sft"}
-    Experience(store).record_run(run_id, IDENTITY, job, {"max_len": 64}, {}, {
+    Experience(store).record_run(run_id, Identity(**IDENTITY), job, {"max_len": 64}, {}, {
         "baseline": {"knobs": {}, "samples_per_s": 12.5},
         "best": {"knobs": {"bf16": True}, "trial": 2, "speedup": 1.42},
         "trials": [{"trial": 0}, {"trial": 1}, {"trial": 2}], "trials_to_best": 2, "stop_reason": "budget"})

@@ -76,9 +76,9 @@ def test_bad_input_gets_one_line_and_exit_2(capsys, words, needle):
 
 
 def test_model_size_is_read_from_a_name_or_a_preset():
-    assert model_shape("Qwen/Qwen2.5-7B")["params"] == 7e9
-    assert model_shape("500M")["params"] == 5e8
-    assert model_shape("tiny-qwen2")["params"] < 1e6
+    assert model_shape("Qwen/Qwen2.5-7B").params == 7e9
+    assert model_shape("500M").params == 5e8
+    assert model_shape("tiny-qwen2").params < 1e6
 
 
 def test_headroom_estimate_shrinks_with_rows_and_grows_with_the_card():
@@ -97,7 +97,7 @@ def test_a_local_config_with_gpt2_names_or_unknown_names(tmp_path, capsys):
     gpt2.mkdir()
     (gpt2 / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12,
                                                   "vocab_size": 50257}))
-    assert 100e6 < model_shape(str(gpt2))["params"] < 200e6
+    assert 100e6 < model_shape(str(gpt2)).params < 200e6
     odd = tmp_path / "odd"
     odd.mkdir()
     (odd / "config.json").write_text(json.dumps({"model_type": "odd"}))
