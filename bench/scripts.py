@@ -117,7 +117,8 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             for index, knobs in enumerate(grid, 1):
                 result = tuner.measure(knobs, index, "grid", ceiling=False)
                 speed = result.measured().samples_per_s if result.state == "complete" else None
-                once.append({"knobs": case.held(knobs.to_dict()), "state": result.state, "samples_per_s": speed})
+                once.append({"knobs": case.held(knobs.to_dict()), "state": result.state, "samples_per_s": speed,
+                             **({} if speed else {"reason": result.reason[:200]})})
             top = sorted((e for e in once if e["samples_per_s"]), key=lambda e: -e["samples_per_s"])[:3]
             chosen = {"baseline": job.start, "autotune": Knobs.from_dict({**job.start.to_dict(), **picked})}
             chosen.update({f"grid{i + 1}": Knobs.from_dict({**job.start.to_dict(), **e["knobs"]})
