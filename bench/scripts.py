@@ -103,7 +103,9 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
     with chdir(work):
         # Read as `tune` reads it, its parse and probe runs included (TRL's defaults, a name a probe confirms),
         # so the grid starts where the tune did and sets what the tune can set.
-        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", f"kb={work / 'kb-grid'}"],
+        # The grid's own time budget: the tuner's clock runs over every measurement below (smoke's 3 minutes
+        # ended the last rounds in a timeout).
+        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", "time=2h", f"kb={work / 'kb-grid'}"],
                                 runs_dir=work / "probe-runs")
         executor = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""})
         try:
