@@ -47,13 +47,14 @@ class FloorRule:
 
     def compare(self, records: Sequence[TrialRecord], incumbent: Sequence[Measurement],
                 candidate: Sequence[Measurement], rows_per_step: int, floor: float, most: int,
-                last: bool) -> stats.Comparison:
+                last: bool, earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> stats.Comparison:
+        # This trial's incumbent runs only: older ones would turn the machine's drift into a gain.
         return stats.compare([list(m.step_times_s) for m in incumbent], [list(m.step_times_s) for m in candidate],
                              rows_per_step, floor)
 
     def could_close(self, records: Sequence[TrialRecord], verdict: stats.Comparison,
                     incumbent: Sequence[Measurement], candidate: Sequence[Measurement], left: int,
-                    most: int) -> bool:
+                    most: int, earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> bool:
         # Were the ratio to hold, `left` more pairs narrow the interval as the square root of the runs.
         runs = min(len(candidate), len(incumbent))
         narrowed = math.sqrt(runs / (runs + left))

@@ -21,11 +21,13 @@ from .trial_spec import StepBudget
 
 
 def interleaved(steps: StepBudget, records: Sequence[TrialRecord], incumbent_runs: Sequence[Measurement],
-                candidate_runs: Sequence[Measurement], batch: int, floor: float, last: bool) -> stats.Comparison:
-    """The verdict on one trial's interleaved runs (only this trial's incumbent runs: older ones
-    would turn the machine's drift into a gain). `last`: the time budget allows no further pair."""
+                candidate_runs: Sequence[Measurement], batch: int, floor: float, last: bool,
+                earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> stats.Comparison:
+    """The verdict on one trial's interleaved runs. `last`: the time budget allows no further pair.
+    `earlier`: the incumbent's samples/s before this trial (from trial `incumbent_trial` on), which the
+    sequential rule counts while a drift check on this trial's runs holds (keep_rule.incumbent_side)."""
     return steps.keep_rule.compare(records, incumbent_runs, candidate_runs, batch, floor, most_pairs(steps, records),
-                                   last)
+                                   last, earlier, incumbent_trial)
 
 
 def stop_floor(steps: StepBudget, records: Sequence[TrialRecord], floor: float) -> float:
@@ -40,9 +42,11 @@ def most_pairs(steps: StepBudget, records: Sequence[TrialRecord]) -> int:
 
 
 def could_close(steps: StepBudget, records: Sequence[TrialRecord], verdict: stats.Comparison,
-                fresh: Sequence[Measurement], results: Sequence[Measurement], left: int) -> bool:
+                fresh: Sequence[Measurement], results: Sequence[Measurement], left: int,
+                earlier: Sequence[float] = (), incumbent_trial: int | None = None) -> bool:
     """Whether `left` more pairs could decide what the pairs so far leave open."""
-    return steps.keep_rule.could_close(records, verdict, fresh, results, left, most_pairs(steps, records))
+    return steps.keep_rule.could_close(records, verdict, fresh, results, left, most_pairs(steps, records),
+                                       earlier, incumbent_trial)
 
 
 def screen(steps: StepBudget, records: Sequence[TrialRecord], reference: list[list[float]],
@@ -57,7 +61,7 @@ def screen(steps: StepBudget, records: Sequence[TrialRecord], reference: list[li
 def second_look(steps: StepBudget, records: Sequence[TrialRecord], reference: list[list[float]],
                 candidate: Sequence[Measurement], batch: int, incumbent_trial: int, min_gain: float) -> stats.Comparison | None:
     """The rule's look after a trial's second run, against the incumbent's runs so far (None where the
-    rule takes none, or where the spread so far leaves this look no share)."""
+    rule takes none; where the spread so far leaves it no share of the false-keep rate, it only discards)."""
     if not reference:
         return None
     return steps.keep_rule.second_look(records, reference, candidate, batch, incumbent_trial,

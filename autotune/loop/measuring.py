@@ -79,18 +79,21 @@ class Meter:
 
 def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], trial: int, hypothesis: Hypothesis,
                incumbent: Incumbent, knobs: Knobs, results: list[RunResult], fresh: list[RunResult],
-               floor: float, verdict: stats.Comparison) -> stats.Comparison:
+               floor: float, verdict: stats.Comparison, earlier: Sequence[float] = ()) -> stats.Comparison:
     """More interleaved (candidate, incumbent) pairs while the pairs so far leave it open and more
     could close it (`judge.could_close`). A change that looks like noise costs no more runs, and at
     most `extra_pairs` (more on a noisy machine: `judge.most_pairs`); the sequential rule decides only at its looks, each at its share of the
     false-keep rate, so waiting for a lucky draw cannot turn noise into a gain (`python -m
-    bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules)."""
+    bench.extra_pairs`: whole simulated tunes, false keeps and false discards per noise level, both rules).
+    `earlier`: the incumbent's samples/s before this trial, which the sequential looks count while they
+    agree with this trial's incumbent runs (keep_rule.incumbent_side)."""
     added = 0
     extra = judge.most_pairs(steps, records) - 2  # set from earlier trials, before this one's runs
     # With a time budget, extra pairs take at most a quarter of the time left: room for four times
     # the extra runs so far and the next pair (one trial must not spend what the others need).
     while verdict.verdict == "no difference" and added < extra and meter.room_for(8 * (added + 1)):
-        if not judge.could_close(steps, records, verdict, measured(fresh), measured(results), extra - added):
+        if not judge.could_close(steps, records, verdict, measured(fresh), measured(results), extra - added, earlier,
+                                 incumbent.trial):
             break  # even the most pairs allowed would leave the interval inside the floor
         added += 1
         total = 2 + added
@@ -104,7 +107,7 @@ def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], 
         results.append(candidate)
         fresh.append(again)
         incumbent.add(again.measured())
-        verdict = interleaved(meter, steps, records, fresh, results, floor)
+        verdict = interleaved(meter, steps, records, fresh, results, floor, earlier, incumbent.trial)
     return verdict
 
 
@@ -114,16 +117,18 @@ def measured(runs: Sequence[RunResult]) -> list[Measurement]:
 
 
 def interleaved(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], incumbent_runs: list[RunResult],
-                candidate_runs: list[RunResult], floor: float) -> stats.Comparison:
+                candidate_runs: list[RunResult], floor: float, earlier: Sequence[float] = (),
+                incumbent_trial: int | None = None) -> stats.Comparison:
     """`judge.interleaved` on the records, its last look when the budget has no room for another pair."""
     return judge.interleaved(steps, records, measured(incumbent_runs), measured(candidate_runs),
-                             meter.job.effective_batch, floor, last=not meter.room_for(8 * (len(candidate_runs) - 1)))
+                             meter.job.effective_batch, floor, not meter.room_for(8 * (len(candidate_runs) - 1)),
+                             earlier, incumbent_trial)
 
 
 def second_look(steps: StepBudget, records: Sequence[TrialRecord], job: Job, results: list[RunResult],
                 reference: list[list[float]], incumbent: Incumbent) -> stats.Comparison | None:
     """The look after a trial's second run against the incumbent's runs so far (judge.second_look),
-    None where it has no share or a run did not complete."""
+    None where the rule takes none or a run did not complete."""
     if any(r.state != "complete" for r in results):
         return None
     return judge.second_look(steps, records, reference, measured(results),

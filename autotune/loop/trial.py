@@ -63,6 +63,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
     # (trials in parallel), the incumbent's first paired run comes before the screen and is its reference.
     fresh: list[RunResult] = []
     reference = incumbent.runs_on(measurement.placement)
+    earlier = incumbent.samples_on(measurement.placement)  # the pair looks' (keep_rule.incumbent_side)
     if not reference:
         fresh.append(meter.measure(incumbent.knobs, trial, f"{hypothesis.change}: incumbent (1/2)"))
         reference = [list(m.step_times_s) for m in measured([r for r in fresh if r.state == "complete"])]
@@ -103,8 +104,9 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         return finish("discard", f"the confirmation run ended {second.state}: {second.reason}", second.state)
     if not fresh:
         return finish("discard", "the incumbent could not be measured again beside the candidate")
-    verdict = interleaved(meter, steps, records, fresh, results, floor)
-    verdict = more_pairs(meter, steps, records, trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict)
+    verdict = interleaved(meter, steps, records, fresh, results, floor, earlier, incumbent.trial)
+    verdict = more_pairs(meter, steps, records, trial, hypothesis, incumbent, knobs, results, fresh, floor, verdict,
+                         earlier)
     failed = results[-1]
     if failed.state != "complete":
         return finish("discard", f"an extra run ended {failed.state}: {failed.reason}", failed.state)

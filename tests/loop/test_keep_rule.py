@@ -138,3 +138,29 @@ def test_the_loop_decides_by_the_keep_rule_its_step_budget_names(tmp_path):
     screened = outcomes["screens"]
     assert screened["decision"] == "discard" and screened["reason"].startswith("not faster after one run")
     assert len(screened["measurements"]) == 1
+
+
+def test_a_pair_look_counts_the_incumbents_earlier_runs_while_they_agree_with_this_trials():
+    # Twelve earlier runs of the incumbent that agree with this trial's two: the look compares with
+    # fourteen, and its spread keeps the earlier runs and this trial's as two groups.
+    records = _quiet(0.01) + [rec([run(10.0), run(10.1)], 1)]
+    earlier = [10.0 * (1 + 0.01 * k) for k in (-1, 0, 1)] * 4
+    fresh, candidate = [run(10.05), run(9.95)], [run(10.6), run(10.5)]
+    side, pooled = keep_rule.incumbent_side(records, earlier, fresh, candidate, 1)
+    assert len(side) == 14 and [10.05, 9.95] in pooled and earlier in pooled
+    alone = keep_rule.verdict(records, fresh, candidate, 16)
+    reused = keep_rule.verdict(records, fresh, candidate, 16, earlier=earlier, skip=1)
+    assert "2 vs 14 runs" in reused.reason and reused.low > alone.low
+    # The machine drifted 8% since: this trial's incumbent runs alone are compared with.
+    moved, _ = keep_rule.incumbent_side(records, earlier, [run(10.8), run(10.85)], candidate, 1)
+    assert moved == [10.8, 10.85]
+
+
+def test_a_noisy_machine_discards_a_futile_change_after_two_runs_and_never_keeps_on_them():
+    noisy = _quiet(0.12)
+    reference = [list(m.step_times_s) for m in noisy[0].measurements] * 4
+    assert not keep_rule.reusing(noisy, 16)
+    futile = keep_rule.SEQUENTIAL.second_look(noisy, reference, [run(7.0), run(7.2)], 1, 0, 16, keep_rule.MIN_GAIN)
+    assert futile is not None and futile.verdict == "slower"
+    fast = keep_rule.SEQUENTIAL.second_look(noisy, reference, [run(40.0), run(41.0)], 1, 0, 16, keep_rule.MIN_GAIN)
+    assert fast is not None and fast.verdict == "no difference"
