@@ -66,10 +66,11 @@ CASES = (
          {"precision": ("bf16", "fp32"), "gradient_checkpointing": (True, False),
           "per_device_train_batch_size": (1, 8), "padding": ("max_length", "longest")}, setup="trl_sft"),
     Case("accel_loop", ("script=byo/accel_loop.py",),
-         {"per_device_train_batch_size": (2, 4, 8), "padding": ("max_length", "longest"),
+         {"per_device_train_batch_size": (2, 8, 16), "padding": ("max_length", "longest"),
           "attn_implementation": ("eager", "sdpa")}),
     Case("accel_launch", ("script=byo/accel_loop.py", "script_launcher=accelerate launch"),
-         {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (2, 8), "padding": ("max_length", "longest")}),
+         {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (2, 8, 16),
+          "padding": ("max_length", "longest")}),
     Case("pl_trainer", ("script=byo/pl_trainer.py", "script_args=byo/pl_trainer.yaml"),
          {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (1, 4, 8), "padding": ("max_length", "longest")}),
     Case("pl_cli", ("script=byo/pl_cli.py", "script_args=fit --config byo/pl_cli.yaml"),
@@ -92,15 +93,18 @@ def tune(case: Case, work: Path, budget: str) -> dict[str, Any]:
 
 def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict[str, Any]:
     """The grid measured once, then the baseline, the grid's top 3 and autotune's pick interleaved."""
+    from autotune import job_from_words
     from autotune.config.knobs import Knobs
     from autotune.executors import LocalExecutor
     from autotune.loop.tuner import Tuner
-    from autotune.workloads.jobs import job_from_words
 
     from .workloads import configs
 
     with chdir(work):
-        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", f"kb={work / 'kb-grid'}"])
+        # Read as `tune` reads it, its parse and probe runs included (TRL's defaults, a name a probe confirms),
+        # so the grid starts where the tune did and sets what the tune can set.
+        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", f"kb={work / 'kb-grid'}"],
+                                runs_dir=work / "probe-runs")
         executor = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""})
         try:
             tuner = Tuner(job, executor, work / "runs")
@@ -119,11 +123,14 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             chosen.update({f"grid{i + 1}": Knobs.from_dict({**job.start.to_dict(), **e["knobs"]})
                            for i, e in enumerate(top)})
             runs: dict[str, list[float]] = {label: [] for label in chosen}
+            failed: dict[str, list[str]] = {}
             for _ in range(rounds):
                 for label, knobs in chosen.items():
                     result = tuner.measure(knobs, 1, label)
                     if result.state == "complete":
                         runs[label].append(result.measured().samples_per_s)
+                    else:
+                        failed.setdefault(label, []).append(f"{result.state}: {result.reason}"[:200])
         finally:
             close = getattr(executor, "close", None)
             if close is not None:
@@ -131,7 +138,7 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
     median = {label: statistics.median(v) for label, v in runs.items() if v}
     base = median["baseline"]
     hand = max((label for label in median if label.startswith("grid")), key=lambda label: median[label])
-    return {"grid": once, "runs": runs, "hand_knobs": case.held(chosen[hand].to_dict()),
+    return {"grid": once, "runs": runs, "failed_runs": failed, "hand_knobs": case.held(chosen[hand].to_dict()),
             "autotune_gain": median.get("autotune", 0.0) / base, "hand_gain": median[hand] / base}
 
 

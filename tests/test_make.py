@@ -74,7 +74,7 @@ def test_demo_and_test_run_their_command_after_the_set_up_and_a_missing_venv_is_
     assert any("pip install -q -e \".[dev]\"" in line for line in dry)
     make(clone, "setup")
     dry = [line.rstrip() for line in make(clone, "-n", "test").stdout.splitlines()]
-    assert dry[-1] == ".venv/bin/python -m pytest -q --durations=15 -n 2"
+    assert dry[-1] == ".venv/bin/python -m pytest -q --durations=15 -n 2 --dist worksteal"
     # The README's test command is this one, and .ci/run runs it through `make test`.
     assert dry[-1] in (ROOT / "README.md").read_text()
     assert "make test" in (ROOT / ".ci" / "run").read_text()

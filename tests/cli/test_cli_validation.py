@@ -1,4 +1,7 @@
-"""The real console entry point rejects bad jobs with one clear line, exit code 2, and no run folder."""
+"""The console entry point rejects bad jobs with one clear line, exit code 2, and no run folder.
+
+The table of bad jobs runs `main()` in this process (a fresh interpreter per case cost seconds each, 30
+times); help, version, a refused run name and the LLM check go through the real console script."""
 
 from __future__ import annotations
 
@@ -26,6 +29,19 @@ def _env() -> dict[str, str]:
 def autotune_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "autotune.cli.main", *args], cwd=cwd, env=_env(),
                           capture_output=True, text=True, timeout=60)
+
+
+def autotune_here(cwd: Path, capsys, *args: str) -> subprocess.CompletedProcess:
+    """`autotune ARGS` as `main()` in this process, run in `cwd`; what it wrote, as the console's result.
+    An exception out of main() fails the test as a traceback on stderr would."""
+    from autotune.cli.main import main
+
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        code = main(list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out.out, out.err)
 
 
 def job_words(drop: tuple[str, ...] = (), **override: str) -> list[str]:
@@ -85,9 +101,9 @@ def assert_rejected(result: subprocess.CompletedProcess, cwd: Path, key: str, al
 
 
 @pytest.mark.parametrize("words, key, also", [case[1:] for case in BAD_JOBS], ids=[case[0] for case in BAD_JOBS])
-def test_bad_job_is_one_line_exit_2_and_no_run_folder(tmp_path, words, key, also):
-    result = autotune_cli(tmp_path, "tune", "demo", *words)
-    assert_rejected(result, tmp_path, key, also)
+def test_bad_job_is_one_line_exit_2_and_no_run_folder(in_tmp, capsys, words, key, also):
+    result = autotune_here(in_tmp, capsys, "tune", "demo", *words)
+    assert_rejected(result, in_tmp, key, also)
 
 
 def test_bad_run_name_is_rejected(tmp_path):
@@ -96,16 +112,16 @@ def test_bad_run_name_is_rejected(tmp_path):
     assert not (tmp_path.parent / "escape").exists()
 
 
-def test_model_folder_without_config_json_is_rejected(tmp_path):
-    (tmp_path / "weights").mkdir()
-    result = autotune_cli(tmp_path, "tune", "demo", *job_words(model="./weights"))
-    assert_rejected(result, tmp_path, "model", "config.json")
+def test_model_folder_without_config_json_is_rejected(in_tmp, capsys):
+    (in_tmp / "weights").mkdir()
+    result = autotune_here(in_tmp, capsys, "tune", "demo", *job_words(model="./weights"))
+    assert_rejected(result, in_tmp, "model", "config.json")
 
 
 @pytest.mark.parametrize("knob", ["per_device_train_batch_size", "dataloader_num_workers"])
-def test_superscript_digit_in_int_knob_is_one_line_not_a_traceback(tmp_path, knob):
-    result = autotune_cli(tmp_path, "tune", "demo", *job_words(**{knob: "\u00b2"}))
-    assert_rejected(result, tmp_path, knob, None)
+def test_superscript_digit_in_int_knob_is_one_line_not_a_traceback(in_tmp, capsys, knob):
+    result = autotune_here(in_tmp, capsys, "tune", "demo", *job_words(**{knob: "\u00b2"}))
+    assert_rejected(result, in_tmp, knob, None)
 
 
 def test_top_level_help(tmp_path):

@@ -162,22 +162,31 @@ CRASHING = textwrap.dedent('''
 ''')
 
 
-def test_a_crashing_script_gives_a_crash_trial_with_its_stderr(tmp_path):
+def tune_here(tmp_path: Path, monkeypatch, capsys, *words: str) -> None:
+    """`autotune tune WORDS` in this process (its fork server already warm), on the clocked executor: the
+    states below come from the real runs; only the baseline's repeats are replayed."""
+    import autotune.cli.main as cli
+
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["tune", *words])
+    assert code == 0, capsys.readouterr().err[-3000:]
+
+
+def test_a_crashing_script_gives_a_crash_trial_with_its_stderr(tmp_path, monkeypatch, capsys, clocked):
     (tmp_path / "crashy.py").write_text(CRASHING)
-    done = autotune(tmp_path, "crashy", "script=crashy.py", "smoke", "max_trials=2")
-    assert done.returncode == 0, done.stderr[-3000:]
+    tune_here(tmp_path, monkeypatch, capsys, "crashy", "script=crashy.py", "smoke", "max_trials=2")
     crashed = [t for t in records(tmp_path, "crashy") if t["state"] == "crash"]
     assert crashed and crashed[0]["change"].startswith("per_device_train_batch_size=")
     assert "this script breaks with a larger batch" in crashed[0]["reason"] + (crashed[0]["stderr_tail"] or "")
 
 
-def test_an_edit_of_a_config_the_script_never_reads_ends_invalid(tmp_path):
+def test_an_edit_of_a_config_the_script_never_reads_ends_invalid(tmp_path, monkeypatch, capsys, clocked):
     # The script takes --batch_size; decoy.yaml says the same names but nothing reads it. Discovery
     # takes the file (a config beats a default), so the trial's edit lands where it changes nothing.
     (tmp_path / "crashy.py").write_text(CRASHING)
     (tmp_path / "decoy.yaml").write_text("batch_size: 1\ngrad_accum: 4\n")
-    done = autotune(tmp_path, "decoy", "script=crashy.py", "script_configs=decoy.yaml", "smoke", "max_trials=1")
-    assert done.returncode == 0, done.stderr[-3000:]
+    tune_here(tmp_path, monkeypatch, capsys, "decoy", "script=crashy.py", "script_configs=decoy.yaml", "smoke",
+              "max_trials=1")
     trials = [t for t in records(tmp_path, "decoy") if t["change"]]
     assert trials and all(t["state"] == "invalid" for t in trials)
     micro = trials[0]["knobs"]["per_device_train_batch_size"]    # which size is tried first is the ranking's
