@@ -105,3 +105,15 @@ class FakeClock:
         measurement["step_times_s"] = times
         if isinstance(measurement.get("median_step_s"), (int, float)):
             measurement["median_step_s"] = sorted(times)[len(times) // 2]
+
+
+def install(monkeypatch: Any, factors: dict[tuple[str, Any], float] | None = None, default: float = 0.9) -> FakeClock:
+    """`autotune tune` and `autotune.tune()` in this process (host=local) get the real executor behind a
+    fake clock: for tests whose subject is not the machine's speed (files, states, records), so each
+    config runs once, not once per comparison, and no decision waits on how busy the machine is."""
+    import autotune.executors as executors
+    from autotune.executors import LocalExecutor
+
+    clock = FakeClock(LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""}), factors or {}, default=default)
+    monkeypatch.setattr(executors, "get_executor", lambda *args, **keys: clock)
+    return clock

@@ -125,8 +125,13 @@ def _parity(base_losses, candidate_losses, knobs, start):
     from autotune.loop.outcome import Incumbent
     from autotune.loop.judge import parity_check
 
-    return parity_check({"parity_losses": base_losses}, {"parity_losses": candidate_losses},
-                        Incumbent(start, [1.0], 0), knobs, start, [])
+    from autotune.config.measurement import Measurement
+
+    def run(losses):
+        return Measurement(samples_per_s=1.0, step_times_s=(1.0,), parity_losses=losses)
+
+    return parity_check(run(base_losses), run(candidate_losses), Incumbent(start, [1.0], 0), knobs, start,
+                        []).to_dict()
 
 
 def test_an_allowed_numerics_change_is_held_to_its_stated_tolerance_and_others_to_precision():
@@ -160,19 +165,19 @@ def test_suggest_for_a_7b_lora_at_4096_on_a_24gb_card_leads_with_what_makes_it_f
     from autotune.loop.advice import estimate_headroom, model_shape
 
     advice = autotune.suggest(model="Qwen/Qwen2.5-7B", method="lora", max_len=4096, gpu="4090")
-    assert any("does not fit" in note for note in advice["notes"])
-    first = advice["hypotheses"][0]["change"]
+    assert any("does not fit" in note for note in advice.notes)
+    first = advice.best.change
     fitted = Knobs(**dict(_typed(change) for change in first.split("+")))
     assert estimate_headroom(model_shape("Qwen/Qwen2.5-7B"), 4096, 24, "lora", fitted) > 0
     assert "gradient_checkpointing=True" in first and "dtype=bfloat16" in first
     # The numbers-changing optimizers are named as needing the opt-in, not proposed.
-    skipped = {item["change"]: item["why"] for item in advice["skipped"]}
+    skipped = {item.change: item.why for item in advice.skipped}
     assert "allow_numerics_change=true" in skipped["optim=adamw_bnb_8bit"]
     # A roomy job keeps its plain ranking: the fit rule speaks only where the estimate does not fit.
     roomy = autotune.suggest(model="Qwen/Qwen2.5-1.5B", precision="bf16", attn_implementation="sdpa", gpu="H100",
                              max_len=512)
-    assert not any("does not fit" in note for note in roomy["notes"])
-    assert not [h for h in roomy["hypotheses"] if h["source"] == "fit"]
+    assert not any("does not fit" in note for note in roomy.notes)
+    assert not [c for c in roomy.changes if c.source == "fit"]
 
 
 def _typed(change: str) -> tuple[str, object]:

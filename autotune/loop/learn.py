@@ -21,7 +21,7 @@ from ..kb.features import Features, FeatureView, context, device_fingerprint, jo
 from ..config.types import JsonObject
 from .limits import Frame, device_of
 from ..config.knobs import CATALOG, Knobs
-from ..config.records import UNSPLIT_SOURCES, Source, SpreadPrior, TrialRecord, parse_change
+from ..config.records import UNSPLIT_SOURCES, RecordLike, Source, SpreadPrior, TrialRecord, parse_change, typed
 from ..reasoner import Hypothesis, Observation, key, observe, outcome_of
 from ..reasoner.combine import together
 
@@ -31,9 +31,11 @@ BEST_SHARE = 0.95
 PRIOR_DF = 4
 
 
-def trials_to_best(records: Sequence[TrialRecord], share: float = BEST_SHARE) -> int:
+def trials_to_best(stored: Sequence[RecordLike], share: float = BEST_SHARE) -> int:
     """The first trial after which the product of kept ratios is within `share` of the run's final
-    product (0 when nothing was kept): how many trials the run needed to find its best."""
+    product (0 when nothing was kept): how many trials the run needed to find its best. `stored`: the
+    loop's records, or a run folder's as read back."""
+    records = typed(stored)
     final, product, reached = 1.0, 1.0, []
     for record in records:
         if record.decision == "keep":

@@ -71,11 +71,6 @@ class Incumbent:
         where = card(placement)
         return [speed for speed, on in zip(self.samples, self.cards) if on == where]
 
-    def samples_on(self, placement: dict[str, Any] | None) -> list[float]:
-        """The samples/s of those runs (`runs_on`), as each measurement gave it."""
-        where = card(placement)
-        return [speed for speed, on in zip(self.samples, self.cards) if on == where]
-
     @property
     def speed(self) -> float:
         return median(self.samples)

@@ -146,6 +146,6 @@ def test_bf16_reaches_the_model_the_way_each_framework_sets_it(tmp_path, monkeyp
             "script": {"path": str(tmp_path / "examples" / "byo_script" / script), "cwd": str(tmp_path), "configs": [],
                        "edits": {}, "args": args, "expect": {"precision": "bf16"}, "exclude": [], **change},
             "flags": [], "measure_steps": 1, "warmup_max": 0, "workdir": str(tmp_path / "trial" / "work")}
-    result = LocalExecutor(fork=False).run(spec, tmp_path / "trial", 600)
+    result = LocalExecutor().run(spec, tmp_path / "trial", 600)
     assert result["state"] == "complete", (result.get("reason"), result.get("stderr_tail", "")[-2000:])
     assert result["measurement"]["observed"]["compute_dtypes"] == ["bfloat16"]

@@ -20,6 +20,7 @@ from fake_clock import FakeClock
 from autotune.executors import LocalExecutor
 from autotune.kb import Store
 from autotune.kb.experience import Experience
+from autotune.config.records import TrialRecord
 from autotune.loop.learn import trials_to_best
 
 pytestmark = pytest.mark.slow
@@ -66,9 +67,9 @@ def test_the_mlp_smoke_tune_keeps_what_pays_and_trains_the_same_thing(first_run)
 
 def test_a_second_similar_job_reaches_its_best_in_at_most_half_the_trials(first_run):
     folder, first = first_run
-    needed_first = trials_to_best(first)
+    needed_first = trials_to_best([TrialRecord.from_dict(r) for r in first])
     second = tune(folder, folder / "kb", "second", "max_len=384", "max_trials=1")
-    needed_second = trials_to_best(second)
+    needed_second = trials_to_best([TrialRecord.from_dict(r) for r in second])
     summary = (f"first run: best after {needed_first} trial(s) of {len(first) - 1} "
                f"({[(r['change'], r['decision']) for r in first[1:]]}); second run: best after {needed_second} "
                f"trial(s) of {len(second) - 1} ({[(r['change'], r['decision']) for r in second[1:]]})")

@@ -59,8 +59,12 @@ def tracked(store: str, experiment: str) -> tuple[object, list]:
     return parents[0], children
 
 
-def test_a_tune_is_a_parent_run_and_each_trial_a_nested_run(in_tmp, store, capfd):
-    """The cheapest real tune (a small MLP, one trial) with mlflow=: what the run folder holds, the store holds."""
+def test_a_tune_is_a_parent_run_and_each_trial_a_nested_run(in_tmp, store, capfd, monkeypatch):
+    """The cheapest real tune (a small MLP, one trial) with mlflow=: what the run folder holds, the store holds.
+    On the fake clock (each config runs once for real): what is kept is not the subject here."""
+    from fake_clock import install
+
+    install(monkeypatch)
     job = autotune.job_from_dict("r", {"model": "mlp", "mlp_width": 64, "mlp_depth": 1, "smoke": True, "max_trials": 1,
                                        "mlflow": store, "mlflow_experiment": "real"})
     outcome = autotune.tune(job, runs_dir=in_tmp / "runs")

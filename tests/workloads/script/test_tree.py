@@ -79,7 +79,7 @@ def test_a_script_that_writes_renames_and_deletes_leaves_the_users_folder_as_it_
             "script": {"path": str(folder / "train.py"), "cwd": str(folder), "configs": [], "edits": {},
                        "args": ["--batch_size", "2"], "expect": {}, "exclude": [str(tmp_path / "runs")]},
             "flags": [], "measure_steps": 2, "warmup_max": 1, "workdir": str(trial / "work")}
-    result = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""}, fork=False).run(spec, trial, 300)
+    result = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""}).run(spec, trial, 300)
     measurement = result.get("measurement") or result.get("measurement_rejected")
     assert measurement, result
     # The script ran its steps, each one writing as above, and the copy it wrote into says how it was made.
@@ -138,9 +138,13 @@ def test_a_script_job_in_a_folder_past_the_cap_stops_before_any_trial(tmp_path, 
 
 @pytest.mark.slow
 def test_a_tune_of_a_script_that_writes_its_folder_leaves_it_as_it_was(tmp_path, monkeypatch, capsys):
-    # The case as a user met it: `autotune tune ... script=train.py smoke`, every trial writing as above.
+    # The case as a user met it: `autotune tune ... script=train.py smoke`, every trial writing as above
+    # (on the fake clock: each config writes its copy once; what is kept is not the subject).
+    from fake_clock import install
+
     from autotune.cli.main import main
 
+    install(monkeypatch)
     folder = user_folder(tmp_path)
     before, outside = hashes(folder), (tmp_path / "elsewhere.txt").read_text()
     monkeypatch.chdir(folder)
