@@ -3,8 +3,9 @@
 - A trial whose knobs were already measured on top of the same incumbent, for the same job (same
   model, data, lengths, batch, method, weights and seed) on the same device fingerprint and software
   versions, is replayed from its record instead of measured again, unless the user says `fresh`.
-- A past run of a similar job (same model family on the same device kind, nearest by job features)
-  warm-starts a new run: its best config, as one combined change, is the first thing tried.
+- A past run of a similar job (same model family on the same device kind, nearest by job features,
+  within WARM_DISTANCE) warm-starts a new run: its best config, as one combined change, is the first
+  thing tried.
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ from ..config.knobs import Knobs
 from ..config.types import JsonObject
 from .features import FeatureView, distance
 from .store import Store
+
+# How unlike a past job may be and still warm-start this one (kb.features.distance: 1 per differing
+# categorical feature, log gaps on numeric ones): three features' worth. Further, its best config
+# answered another kind of job (a padding change for padded rows where this job's rows are one
+# length): tried first, it cost more device runs than the cold search it displaced
+# (`python -m bench.search`, autotune warm on the short-uniform table).
+WARM_DISTANCE = 3.0
 
 # Fields of a measurement worth keeping in the knowledge base (the run folder keeps everything).
 _KEPT = ("samples_per_s", "tokens_per_s", "step_times_s", "median_step_s", "mfu", "hfu", "peak_memory",
@@ -44,7 +52,7 @@ def new_run_id(run: str) -> str:
     return f"{run}@{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-def _slim(measurement: dict[str, Any]) -> dict[str, Any]:
+def _slim(measurement: Mapping[str, Any]) -> JsonObject:
     return {k: measurement[k] for k in _KEPT if k in measurement}
 
 
@@ -72,8 +80,8 @@ class Experience:
         }
         return self.store.append("trials", trial)
 
-    def record_run(self, run_id: str, identity: Identity, job: dict[str, Any], features: FeatureView,
-                   frame: dict[str, Any], outcome: dict[str, Any]) -> int:
+    def record_run(self, run_id: str, identity: Identity, job: Mapping[str, Any], features: FeatureView,
+                   frame: Mapping[str, Any], outcome: Mapping[str, Any]) -> int:
         return self.store.append("runs", {"schema_version": 1, "run_id": run_id, "run": job["run"], **identity.to_dict(),
                                           "job": job, "features": features, "frame": frame, **outcome,
                                           "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
@@ -100,7 +108,7 @@ class Experience:
     def similar_run(self, features: FeatureView, device_kind: str | None,
                     exclude_job: str | None = None) -> dict[str, Any] | None:
         """The nearest past run of the same model family on the same kind of device whose best
-        config beat its baseline."""
+        config beat its baseline, within WARM_DISTANCE of this job's features."""
         candidates = [r for r in self.store.all("runs")
                       if r.get("features", {}).get("model_family") == features.get("model_family")
                       and r.get("features", {}).get("device_kind") == device_kind
@@ -109,4 +117,5 @@ class Experience:
             return None
         # Nearest first; among equals, the latest run.
         ranked = sorted(enumerate(candidates), key=lambda item: (distance(features, item[1]["features"]), -item[0]))
-        return ranked[0][1]
+        nearest = ranked[0][1]
+        return nearest if distance(features, nearest["features"]) <= WARM_DISTANCE else None
