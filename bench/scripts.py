@@ -103,7 +103,9 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
     with chdir(work):
         # Read as `tune` reads it, its parse and probe runs included (TRL's defaults, a name a probe confirms),
         # so the grid starts where the tune did and sets what the tune can set.
-        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", f"kb={work / 'kb-grid'}"],
+        # The grid's own time budget: the tuner's clock runs over every measurement below (smoke's 3 minutes
+        # ended the last rounds in a timeout).
+        job, _ = job_from_words(case.name + "-grid", [*case.words, "smoke", "time=2h", f"kb={work / 'kb-grid'}"],
                                 runs_dir=work / "probe-runs")
         executor = LocalExecutor(extra_env={"CUDA_VISIBLE_DEVICES": ""})
         try:
@@ -117,7 +119,8 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             for index, knobs in enumerate(grid, 1):
                 result = tuner.measure(knobs, index, "grid", ceiling=False)
                 speed = result.measured().samples_per_s if result.state == "complete" else None
-                once.append({"knobs": case.held(knobs.to_dict()), "state": result.state, "samples_per_s": speed})
+                once.append({"knobs": case.held(knobs.to_dict()), "state": result.state, "samples_per_s": speed,
+                             **({} if speed else {"reason": result.reason[:200]})})
             top = sorted((e for e in once if e["samples_per_s"]), key=lambda e: -e["samples_per_s"])[:3]
             chosen = {"baseline": job.start, "autotune": Knobs.from_dict({**job.start.to_dict(), **picked})}
             chosen.update({f"grid{i + 1}": Knobs.from_dict({**job.start.to_dict(), **e["knobs"]})
