@@ -25,6 +25,7 @@ from ..util.errors import RecordError
 from ..util.io import write_json_atomic
 from ..schemas import validate, violation
 from .measurement import Measurement
+from .types import JsonObject
 
 __all__ = ["Measurement", "RunResult", "TrialSpec", "read_result", "rejected", "spec_problem", "write_spec"]
 
@@ -105,9 +106,9 @@ class TrialSpec:
         _freeze_fields(self)
         validate("trial_spec", self.to_dict(), "trial spec")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The spec as the child reads it (plain dicts and lists); checked once, when it was built (frozen)."""
-        data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+        data: JsonObject = {"schema_version": SCHEMA_VERSION}
         for item in fields(self):
             value = getattr(self, item.name)
             if item.name in self._ALWAYS or value is not None:
@@ -167,8 +168,8 @@ class RunResult:
         """The GPU slowed itself during the measured window: the run is worth one more try."""
         return bool(self.details.get("remeasure"))
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"state": self.state, "reason": self.reason}
+    def to_dict(self) -> JsonObject:
+        data: JsonObject = {"state": self.state, "reason": self.reason}
         if self.measurement is not None:
             data["measurement"] = self.measurement.to_dict()
         if self.frame is not None:
@@ -197,7 +198,7 @@ def spec_problem(spec: Mapping[str, Any]) -> str | None:
     return None if found is None else f"the trial spec is {found}"
 
 
-def write_spec(path: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
+def write_spec(path: Path, spec: Mapping[str, Any]) -> JsonObject | None:
     """Write `spec` where the child reads it, once it is valid; else the run's `invalid` result, unwritten."""
     problem = spec_problem(spec)
     if problem is not None:
@@ -206,7 +207,7 @@ def write_spec(path: Path, spec: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def read_result(raw: str | bytes | Mapping[str, Any], where: str = "result.json") -> dict[str, Any]:
+def read_result(raw: str | bytes | Mapping[str, Any], where: str = "result.json") -> JsonObject:
     """What a child wrote (its text, or the dict a remote slot returned), checked against RunResult: a
     result that is torn, or says what no run can measure, is the state `invalid` with the reason."""
     try:
@@ -221,9 +222,9 @@ def read_result(raw: str | bytes | Mapping[str, Any], where: str = "result.json"
         return rejected(data, str(error))
 
 
-def rejected(data: Mapping[str, Any], why: str) -> dict[str, Any]:
+def rejected(data: Mapping[str, Any], why: str) -> JsonObject:
     """The `invalid` result that stands for a malformed one (keeping its measurement to look at)."""
-    out: dict[str, Any] = {"state": "invalid", "reason": why[:600]}
+    out: JsonObject = {"state": "invalid", "reason": why[:600]}
     if isinstance(data.get("measurement"), dict):
         out["measurement_rejected"] = data["measurement"]
     return out

@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ..util.errors import RecordError
 from ..config.knobs import CATALOG
+from ..config.types import JsonObject
 from .features import Features, FeatureView
 
 OPS = (">=", "<=", "!=", "==", ">", "<")
@@ -112,12 +113,12 @@ class Evidence:
     outcome: str             # helps | hurts | neutral (the comparison's verdict)
     features: Features = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         return {"experiment": self.experiment, "ratio": self.ratio, "outcome": self.outcome,
                 "features": self.features}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Evidence":
+    def from_dict(cls, data: Mapping[str, Any]) -> "Evidence":
         return cls(data["experiment"], float(data["ratio"]), data["outcome"], dict(data.get("features") or {}))
 
 
@@ -212,7 +213,7 @@ class Claim:
         return replace(self, evidence=self.evidence + tuple(added)) if added else self
 
     # -- records ----------------------------------------------------------------------------
-    def definition(self) -> dict[str, Any]:
+    def definition(self) -> JsonObject:
         """The record written once to the claims table (evidence and status live in the history)."""
         return {"schema_version": 1, "id": self.id, "knob": self.knob, "value": self.value, "from": self.start,
                 "direction": self.direction, "ratio": self.ratio, "condition": condition_text(self.condition),
@@ -220,7 +221,7 @@ class Claim:
                 "relations": [{"kind": k, "change": c} for k, c in self.relations], "parent": self.parent,
                 "origin": self.origin}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The folded view, for `kb show` and `suggest --json`."""
         a, b = self.posterior
         return {**self.definition(), "status": self.status, "status_reason": self.status_reason,
@@ -229,7 +230,7 @@ class Claim:
                 "evidence": [e.to_dict() for e in self.evidence]}
 
     @classmethod
-    def from_definition(cls, data: dict[str, Any]) -> "Claim":
+    def from_definition(cls, data: Mapping[str, Any]) -> "Claim":
         try:
             return cls(id=str(data["id"]), knob=data["knob"], value=data["value"], direction=data["direction"],
                        ratio=float(data["ratio"]), condition=parse_condition(data.get("condition", "")),

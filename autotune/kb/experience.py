@@ -52,7 +52,7 @@ def new_run_id(run: str) -> str:
     return f"{run}@{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-def _slim(measurement: dict[str, Any]) -> dict[str, Any]:
+def _slim(measurement: Mapping[str, Any]) -> JsonObject:
     return {k: measurement[k] for k in _KEPT if k in measurement}
 
 
@@ -80,8 +80,8 @@ class Experience:
         }
         return self.store.append("trials", trial)
 
-    def record_run(self, run_id: str, identity: Identity, job: dict[str, Any], features: FeatureView,
-                   frame: dict[str, Any], outcome: dict[str, Any]) -> int:
+    def record_run(self, run_id: str, identity: Identity, job: Mapping[str, Any], features: FeatureView,
+                   frame: Mapping[str, Any], outcome: Mapping[str, Any]) -> int:
         return self.store.append("runs", {"schema_version": 1, "run_id": run_id, "run": job["run"], **identity.to_dict(),
                                           "job": job, "features": features, "frame": frame, **outcome,
                                           "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})

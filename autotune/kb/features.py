@@ -48,7 +48,7 @@ def logits_gb(vocab: int, max_len: int) -> float:
     return round(vocab * max_len * 4 / 1e9, 3)
 
 
-def job_features(job: Any, frame: dict[str, Any] | None = None) -> Features:
+def job_features(job: Any, frame: Mapping[str, Any] | None = None) -> Features:
     """Features of the job itself and of its device (no config, no profile)."""
     features: Features = {"max_len": job.max_len, "effective_batch": job.effective_batch,
                           "method": job.method}
@@ -86,7 +86,7 @@ def job_features(job: Any, frame: dict[str, Any] | None = None) -> Features:
     return features
 
 
-def profile_features(measurement: dict[str, Any] | None) -> Features:
+def profile_features(measurement: Mapping[str, Any] | None) -> Features:
     """Where the incumbent's time and memory go, from its measurement."""
     if not measurement:
         return {}
@@ -107,13 +107,13 @@ def knob_features(knobs: Knobs) -> Features:
     return values
 
 
-def context(job: Any, frame: dict[str, Any] | None, knobs: Knobs,
-            measurement: dict[str, Any] | None = None) -> Features:
+def context(job: Any, frame: Mapping[str, Any] | None, knobs: Knobs,
+            measurement: Mapping[str, Any] | None = None) -> Features:
     """Everything a claim may condition on when `knobs` is the config being improved."""
     return {**job_features(job, frame), **profile_features(measurement), **knob_features(knobs)}
 
 
-def fingerprint(data: dict[str, Any]) -> str:
+def fingerprint(data: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -140,12 +140,12 @@ def job_fingerprint(job: Any) -> str:
     return fingerprint(identity)
 
 
-def software(frame: dict[str, Any]) -> dict[str, str]:
+def software(frame: Mapping[str, Any]) -> dict[str, str]:
     device = frame.get("device", {})
     return {name: str(device.get(name, "")) for name in ("torch", "transformers", "python")}
 
 
-def device_fingerprint(frame: dict[str, Any]) -> str:
+def device_fingerprint(frame: Mapping[str, Any]) -> str:
     peaks = frame.get("device", {}).get("peaks", {})
     return peaks.get("fingerprint") or fingerprint({k: frame.get("device", {}).get(k) for k in ("kind", "name")})
 

@@ -10,7 +10,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from ..util.errors import RecordError
 from ..util.io import locked, write_json_atomic
@@ -41,7 +41,7 @@ def read_peak_cache(folder: Path) -> dict[str, Any]:
     return peaks
 
 
-def remember_peaks(folder: Path, peaks: dict[str, Any]) -> None:
+def remember_peaks(folder: Path, peaks: Mapping[str, Any]) -> None:
     if peaks.get("cached"):
         return
     entry = {k: v for k, v in peaks.items() if k != "cached"}

@@ -126,7 +126,7 @@ def tune(tmp_path: Path, monkeypatch, run: str, *words: str) -> list[dict]:
     install(monkeypatch, GAINS)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    code = cli.main(["tune", run, *words, "smoke", "max_trials=1"])
+    code = cli.main(["tune", run, *words, "smoke", "max_trials=1", "time=30m"])
     assert code == 0
     return [json.loads(line) for line in (tmp_path / "runs" / run / "experiments.jsonl").read_text().splitlines()]
 

@@ -127,7 +127,7 @@ def test_no_refuted_change_is_tried_again(in_tmp):
 
 def test_oom_crash_and_nan_end_their_trials_not_the_run(tmp_path):
     # The console script, real through and through: the states of failing trials, not their speed.
-    done = autotune(tmp_path, "faults", *TINY, "max_trials=3", "smoke", "realize=false",
+    done = autotune(tmp_path, "faults", *TINY, "max_trials=3", "smoke", "realize=false", "time=30m",
                     env={"AUTOTUNE_TEST_INJECT": "1:oom,2:crash,3:nan"})
     assert done.returncode == 0, done.stderr[-3000:]
     trials = records(tmp_path, "faults")

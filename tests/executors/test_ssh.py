@@ -42,7 +42,7 @@ def test_an_unknown_host_key_is_refused_with_the_way_to_trust_it(sshd, monkeypat
 def test_a_whole_smoke_tune_runs_through_the_host(trusted, tmp_path):
     # The framework-free MLP: the loop over SSH is the same, without a transformers import in every run.
     done = subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", "remote", "model=mlp", "mlp_width=64",
-                           "mlp_rows=512", "max_len=64", "effective_batch=8", "smoke", "max_trials=1",
+                           "mlp_rows=512", "max_len=64", "effective_batch=8", "smoke", "max_trials=1", "time=30m",
                            f"host={trusted.host}", f"ssh_python={sys.executable}"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HOME": str(trusted.home), "CUDA_VISIBLE_DEVICES": ""})
@@ -132,7 +132,7 @@ def test_a_run_named_dot_dot_over_ssh_is_refused_before_anything_is_made_or_remo
     home, here = _remote_home(), tmp_path / "here"
     here.mkdir()
     before_home, before_here = _listing(home), _listing(here)
-    words = ["model=mlp", "mlp_width=64", "mlp_rows=512", "max_len=64", "effective_batch=8", "smoke", "max_trials=1",
+    words = ["model=mlp", "mlp_width=64", "mlp_rows=512", "max_len=64", "effective_batch=8", "smoke", "max_trials=1", "time=30m",
              f"host={trusted.host}", f"ssh_python={sys.executable}"]
     assert main(["tune", "--runs-dir", str(here / "runs"), run, *words]) == 2
     err = capsys.readouterr().err.strip()

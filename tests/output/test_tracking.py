@@ -66,7 +66,7 @@ def test_a_tune_is_a_parent_run_and_each_trial_a_nested_run(in_tmp, store, capfd
 
     install(monkeypatch)
     job = autotune.job_from_dict("r", {"model": "mlp", "mlp_width": 64, "mlp_depth": 1, "smoke": True, "max_trials": 1,
-                                       "mlflow": store, "mlflow_experiment": "real"})
+                                       "mlflow": store, "mlflow_experiment": "real", "time": "30m"})
     outcome = autotune.tune(job, runs_dir=in_tmp / "runs")
     out, err = capfd.readouterr()
     result = json.loads(text(tune_result(job, outcome, outcome.best_config)))  # what `--json` prints

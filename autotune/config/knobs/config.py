@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from ...util.errors import JobError
 from ..inputs import check_digits
-from ..types import Device
+from ..types import Device, JsonObject, KnobConfig
 from .entry import Knob
 from .table import TABLE
 
@@ -32,7 +32,7 @@ INTERACTIONS: frozenset[frozenset[str]] = frozenset(
     frozenset((knob.name, other)) for knob in TABLE for other in knob.interacts)
 
 # The config many people start with: pad to max length, micro-batch 1, fp32, eager attention.
-NAIVE_START: dict[str, Any] = {knob.name: knob.naive for knob in TABLE}
+NAIVE_START: KnobConfig = {knob.name: knob.naive for knob in TABLE}
 _PYTHON_TYPE = {"bool": bool, "int": int, "choice": str}
 
 
@@ -41,7 +41,7 @@ def numerics_changes(knobs: Any) -> list[tuple[str, Any]]:
     return [(name, value) for name, value in knobs.to_dict().items() if (name, value) in NUMERICS]
 
 
-def numerics_limits(allowed: bool) -> list[dict[str, Any]]:
+def numerics_limits(allowed: bool) -> list[JsonObject]:
     """The frame limits that keep numerics-changing settings untried unless the user allowed them."""
     if allowed:
         return []
@@ -70,11 +70,11 @@ class _KnobsMethods:
     def with_change(self, name: str, value: Any) -> Any:
         return dataclasses.replace(self, **{name: value})  # type: ignore[type-var]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> KnobConfig:
         return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Any:
+    def from_dict(cls, data: Mapping[str, Any]) -> Any:
         return cls(**{k: v for k, v in data.items() if k in CATALOG})
 
     def accumulation(self, effective_batch: int) -> int:
@@ -125,7 +125,7 @@ def not_applicable(name: str, value: Any, knobs: Any, device: Device, effective_
     return knob.requires(value, knobs, device, effective_batch)
 
 
-def job_limits(method: str, numerics_allowed: bool) -> list[dict[str, Any]]:
+def job_limits(method: str, numerics_allowed: bool) -> list[JsonObject]:
     """Frame limits that follow from the job rather than the device: what only a LoRA base can change,
     and the numerics-changing settings the user did not allow."""
     limits = numerics_limits(numerics_allowed)
@@ -136,10 +136,10 @@ def job_limits(method: str, numerics_allowed: bool) -> list[dict[str, Any]]:
     return limits
 
 
-def knobs_schema() -> dict[str, Any]:
+def knobs_schema() -> JsonObject:
     """knobs.json, the schema of one configuration, from the table (the committed file is this; a test
     holds them equal, and `python -m autotune.output.reference` rewrites it)."""
-    def prop(knob: Knob) -> dict[str, Any]:
+    def prop(knob: Knob) -> JsonObject:
         if knob.kind == "bool":
             return {"type": "boolean"}
         if knob.kind == "int":

@@ -149,7 +149,7 @@ def test_a_tune_of_a_script_that_writes_its_folder_leaves_it_as_it_was(tmp_path,
     before, outside = hashes(folder), (tmp_path / "elsewhere.txt").read_text()
     monkeypatch.chdir(folder)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    code = main(["tune", "w", "script=train.py", "max_len=8", "smoke", "max_trials=1", "fresh"])
+    code = main(["tune", "w", "script=train.py", "max_len=8", "smoke", "max_trials=1", "time=30m", "fresh"])
     assert code == 0, capsys.readouterr().err[-3000:]
     assert {k: v for k, v in hashes(folder).items() if not k.startswith("runs/")} == before
     assert (tmp_path / "elsewhere.txt").read_text() == outside
