@@ -44,6 +44,7 @@ class Case:
     words: tuple[str, ...]          # after `autotune tune NAME`, paths relative to the copy's root
     grid: dict[str, tuple] = field(default_factory=dict)
     setup: str = ""                 # a function of bench.byo_setup that prepares the copy (files made at run time)
+    scale: float = 1.0              # autotune's budget is --time times this (a launcher starts twice per run)
 
     def only(self) -> str:
         return "only=" + ",".join(self.grid)
@@ -70,12 +71,18 @@ CASES = (
           "attn_implementation": ("eager", "sdpa")}),
     Case("accel_launch", ("script=byo/accel_loop.py", "script_launcher=accelerate launch"),
          {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (2, 8, 16),
-          "padding": ("max_length", "longest")}),
+          "padding": ("max_length", "longest")}, scale=2.0),
     Case("pl_trainer", ("script=byo/pl_trainer.py", "script_args=byo/pl_trainer.yaml"),
          {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (1, 4, 8), "padding": ("max_length", "longest")}),
     Case("pl_cli", ("script=byo/pl_cli.py", "script_args=fit --config byo/pl_cli.yaml"),
          {"precision": ("fp32", "bf16"), "per_device_train_batch_size": (1, 4, 16), "padding": ("max_length", "longest")}),
 )
+
+
+def seconds(budget: str) -> float:
+    """`6m`, `90s`, `1h` or a bare number of seconds, as --time takes it."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    return float(budget[:-1]) * units[budget[-1]] if budget[-1:] in units else float(budget)
 
 
 def tune(case: Case, work: Path, budget: str) -> dict[str, Any]:
@@ -152,7 +159,7 @@ def run_case(case: Case, budget: str, rounds: int) -> dict[str, Any]:
         shutil.copytree(BYO, work / "byo")
         if case.setup:
             getattr(byo_setup, case.setup)(work)
-        tuned = tune(case, work, budget)
+        tuned = tune(case, work, f"{round(seconds(budget) * case.scale)}s")
         hand = by_hand(case, work, tuned["best_knobs"], rounds)
     ratio = (hand["autotune_gain"] - 1) / (hand["hand_gain"] - 1) if hand["hand_gain"] > 1 else 1.0
     return {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": os.getloadavg(),

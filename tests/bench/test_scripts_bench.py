@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bench import byo_setup
-from bench.scripts import BYO, CASES, Case, table
+from bench.scripts import BYO, CASES, Case, seconds, table
 
 
 # Names no table holds, which autotune's probe run confirms before the tune (workloads/script/probe.py).
@@ -69,3 +69,10 @@ def test_the_table_gives_both_gains_and_their_ratio():
     row = {"autotune_gain": 2.02, "hand_gain": 2.11, "gain_ratio": 0.957, "tune_speedup": 2.06, "tune_trials": 5}
     text = table({"plain_yaml": row, "broken": {"error": "tune exit 1"}})
     assert "| plain_yaml | x2.02 | x2.11 | 0.96 | x2.06 | 5 |" in text and "failed: tune exit 1" in text
+
+
+def test_a_budget_reads_as_time_does_and_a_launched_case_gets_more_of_it():
+    assert (seconds("6m"), seconds("90s"), seconds("1h"), seconds("45")) == (360, 90, 3600, 45)
+    launched = [c for c in CASES if any(w.startswith("script_launcher=") for w in c.words)]
+    assert launched and all(c.scale > 1 for c in launched)
+    assert all(c.scale == 1 for c in CASES if c not in launched)
