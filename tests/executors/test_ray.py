@@ -7,6 +7,7 @@ compared with the serial one record for record; a worker node killed mid-trial g
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import shutil
@@ -98,7 +99,7 @@ def _alive_nodes() -> int:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def ray_cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray", numbered=True)
     temp = Path(tempfile.mkdtemp(prefix="atray-", dir="/tmp"))  # short: Ray's socket paths have a length limit
     port, client_port = _free_port(), _free_port()
@@ -110,20 +111,37 @@ def cluster(tmp_path_factory):
         while "ray start --address" not in (root / "head.log").read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert "ray start --address" in (root / "head.log").read_text(), (root / "head.log").read_text()[-2000:]
-        worker = _node(address, temp, root / "worker.log", {DOOMED: "1"})
-        nodes.append(worker)
-        ray.init(address=address, log_to_driver=False)
-        while _alive_nodes() < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _alive_nodes() == 2, (root / "worker.log").read_text()[-2000:]
-        ray.shutdown()
-        yield {"address": address, "client": f"ray://127.0.0.1:{client_port}", "worker": worker, "root": root}
+        def start_worker(log: Path) -> subprocess.Popen:
+            worker = _node(address, temp, log, {DOOMED: "1"})
+            nodes.append(worker)
+            ray.init(address=address, log_to_driver=False)
+            deadline = time.monotonic() + 60
+            while _alive_nodes() < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _alive_nodes() == 2, log.read_text()[-2000:]
+            ray.shutdown()
+            return worker
+
+        logs = (root / f"worker-{n}.log" for n in itertools.count())
+        state = {"address": address, "client": f"ray://127.0.0.1:{client_port}", "root": root}
+        state["worker"] = start_worker(next(logs))
+        state["revive"] = lambda: state.update(worker=start_worker(next(logs)))
+        yield state
     finally:
         if ray.is_initialized():
             ray.shutdown()
         for node in reversed(nodes):
             _kill(node)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(ray_cluster):
+    """The module's cluster with both nodes up: in random order, the test that kills the worker node may
+    have run before this one, and then a worker joins again (as at the start) before the test goes on."""
+    if ray_cluster["worker"].poll() is not None:
+        ray_cluster["revive"]()
+    return ray_cluster
 
 
 def _tune(root: Path, run: str, executor, monkeypatch, **keys: Any):
