@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..util.errors import JobError
-from ..config.inputs import check_not_special, check_writable_file, special
+from ..config.inputs import check_writable_file, special
 from ..util.io import write_json_atomic
 from ..kb.beliefs import Beliefs, draw
 from ..kb.claims import Claim, Update, condition_text
@@ -142,7 +142,7 @@ def kb_history(args: argparse.Namespace) -> int:
 
 
 def kb_graph(args: argparse.Namespace) -> int:
-    check_not_special(Path(args.file).expanduser(), "kb graph")  # a PNG is written whole, by its library
+    # A PNG is written whole, by its library: a FIFO, device, socket or looping link is refused here.
     check_writable_file(Path(args.file), "kb graph")
     beliefs = Beliefs(_store(args))
     graph = beliefs.graph
