@@ -75,7 +75,10 @@ def clocked(monkeypatch):
 # example's 8 x 512-token micro-batches took 14 s a step, 6 minutes a tune. The tune reads the same file
 # the same way with 2 x 128 tokens a step (its bf16 default and all), so its copy here holds those.
 SHORTER = {"sft": {"trl_sft.yaml": ("gradient_accumulation_steps: 8\nmax_length: 512\npad_to_multiple_of: 512",
-                                    "gradient_accumulation_steps: 2\nmax_length: 128\npad_to_multiple_of: 128")}}
+                                    "gradient_accumulation_steps: 2\nmax_length: 128\npad_to_multiple_of: 128")},
+           # run_clm's data arguments in its JSON file: 64-token rows, padded to that, read the same way.
+           "clm": {"hf_clm.json": ('"gradient_accumulation_steps": 8,\n',
+                                   '"gradient_accumulation_steps": 8,\n  "max_length": 64,\n')}}
 # The plain loop takes its sizes as flags: its tune here runs 64-token rows (the script's --max_len), read
 # and tuned the same way as its 256-token default, a quarter of the compute a step.
 SHORTER_ARGS = {"loop": " --max_len 64"}
