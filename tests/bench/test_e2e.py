@@ -23,14 +23,16 @@ def test_the_benchmark_runs_the_readmes_commands_word_for_word():
 def test_a_tune_gives_its_figures_and_the_table_sets_them_beside_the_last(tmp_path, monkeypatch, capsys):
     # A real MLP smoke tune stands in for the README's: the same command line, the same files. Held to a
     # knob an MLP never tries, it is the baseline alone (seconds, whatever the machine's load).
-    case = e2e.Case("mlp", ("m", "model=mlp", "smoke", "only=freeze_vision_tower", "time=30m"))
+    case = e2e.Case("mlp", ("m", "model=mlp", "mlp_width=64", "mlp_rows=512", "smoke", "only=freeze_vision_tower",
+                            "time=30m"))
     monkeypatch.setattr(e2e, "CASES", (case,))
     results = tmp_path / "e2e.json"
     assert e2e.main(["--results", str(results)]) == 0
     first = json.loads(results.read_text())["tunes"]["mlp"]
     assert (first["trials"], first["kept"], first["device_runs"]) == (0, [], 3) and first["wall_s"] > 0
     assert first["speedup"] == 1.0 and first["interval"] in (None, [1.0, 1.0]) and first["stop_reason"]
-    assert first["command"] == "autotune tune m model=mlp smoke only=freeze_vision_tower time=30m"
+    assert first["command"] == ("autotune tune m model=mlp mlp_width=64 mlp_rows=512 smoke "
+                                "only=freeze_vision_tower time=30m")
     assert first["realized_speedup"] is None        # an MLP's hand-over is its own loop, not `trl sft`
     out = capsys.readouterr().out
     assert "mlp: no figures recorded before" in out and "| speed-up [interval] | last |" in out
