@@ -15,8 +15,8 @@ from autotune.output.tune_result import _interval
 def test_json_is_all_of_stdout_and_no_gain_exits_3(in_tmp, capfd):
     """The cheapest real tune (the MLP's smoke baseline) where nothing can be kept: only= names a knob an
     MLP has not got, so the search ends after the baseline."""
-    argv = ["tune", "r", "model=mlp", "smoke", "max_trials=2", "only=freeze_vision_tower", "--json",
-            "--fail-if-no-gain"]
+    argv = ["tune", "r", "model=mlp", "mlp_width=64", "mlp_rows=512", "smoke", "max_trials=2", "only=freeze_vision_tower",
+            "--json", "--fail-if-no-gain"]
     assert main(argv) == 3
     out, err = capfd.readouterr()
     assert len(out.splitlines()) == 1, out
