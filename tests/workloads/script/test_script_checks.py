@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from autotune.workloads.script.runner import Meter, _install
-from autotune.workloads.script.checks import mismatch, observed
+from autotune.workloads.script.checks import Observed, mismatch, observed
 
-SEEN = {"rows_per_micro_batch": 4, "micro_batches_per_step": 2, "compute_dtypes": ["float32"], "compiled": False,
-        "gradient_checkpointing": True, "attn_implementation": "eager", "widths": [256, 256],
-        "all_widths_max": True, "packed": False}
+SEEN: Observed = {"rows_per_micro_batch": 4, "micro_batches_per_step": 2, "compute_dtypes": ["float32"],
+                  "compiled": False, "gradient_checkpointing": True, "attn_implementation": "eager",
+                  "widths": [256, 256], "all_widths_max": True, "packed": False, "length_jumps": None}
 
 
 @pytest.mark.parametrize("expect, reason", [
