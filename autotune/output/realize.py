@@ -15,6 +15,7 @@ from typing import Any, Sequence, TypedDict, cast
 from ..util.io import write_json_atomic
 from .records import RunFolder
 from ..schemas import validate
+from ..config.job import Job
 from ..config.records import RecordLike, typed
 from ..config.types import JsonObject, KnobConfig
 from .documents import Realized
@@ -36,7 +37,7 @@ class Candidate(TypedDict):
     steps: int  # N: the file runs N and 2N optimizer steps
 
 
-def skip_reason(job: Any, frame: JsonObject) -> str:
+def skip_reason(job: Job, frame: JsonObject) -> str:
     """Why the files are written but not run ('' when they run)."""
     if not job.realize:
         return "realize=false: the files were written, not run in `trl sft`"
@@ -50,7 +51,7 @@ def skip_reason(job: Any, frame: JsonObject) -> str:
     return ""
 
 
-def candidates(job: Any, stored: Sequence[RecordLike], best_trial: int) -> list[Candidate]:
+def candidates(job: Job, stored: Sequence[RecordLike], best_trial: int) -> list[Candidate]:
     """The kept configs from the best back, then the baseline, each with its N steps."""
     records = typed(stored)
     kept = [r for r in records if r.decision == "keep" and r.trial <= best_trial]
@@ -64,7 +65,7 @@ def candidates(job: Any, stored: Sequence[RecordLike], best_trial: int) -> list[
     return chosen
 
 
-def hand_over(folder: RunFolder, job: Any, executor: Any, outcome: Any) -> Realized | None:
+def hand_over(folder: RunFolder, job: Job, executor: Any, outcome: Any) -> Realized | None:
     """Run the child and store `realized.json`; None for jobs whose hand-over is not a TRL file."""
     if job.is_mlp or job.script is not None:
         return None

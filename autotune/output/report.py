@@ -227,9 +227,11 @@ def _parallel_lines(parallel: JsonObject | None, records: Sequence[TrialRecord])
 def compile_cost_s(measurement: Measurement) -> float | None:
     """Seconds a run spent before its timed steps beyond what as many steady steps take: compilation
     (and the first steps' warm-up), which the timing leaves out and the user pays once per run."""
-    warmup: Any = measurement.rest.get("warmup_times_s") or []  # list[float] (schemas/measurement.json)
-    step: Any = measurement.rest.get("median_step_s")
-    return max(0.0, sum(warmup) - len(warmup) * step) if warmup and step else None
+    # Figures the typed view carries as they were measured (`rest`): a list of seconds and a number.
+    warmup, step = measurement.rest.get("warmup_times_s"), measurement.rest.get("median_step_s")
+    if not (warmup and step and isinstance(warmup, list) and isinstance(step, (int, float))):
+        return None
+    return max(0.0, sum(float(t) for t in warmup if isinstance(t, (int, float))) - len(warmup) * step)
 
 
 def _compile_lines(records: Sequence[TrialRecord]) -> list[str]:

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..config.job import Job
 from ..config.records import TrialRecord
 from ..config.types import JsonObject
 from ..util.errors import JobError
@@ -159,7 +160,7 @@ class MlflowTracker:
         with self._guard(tuner):
             self._sync(tuner)
 
-    def finish(self, tuner: Any, job: Any, outcome: Any, config: JsonObject) -> None:
+    def finish(self, tuner: Any, job: Job, outcome: Any, config: JsonObject) -> None:
         """The tune ended and its outputs are written: the summary, the artifacts, the parent FINISHED."""
         if self.off:
             return

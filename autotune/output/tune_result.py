@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..config.job import Job
 from ..config.records import TrialRecord
 from ..config.types import JsonObject
 from ..util.errors import AutotuneError
@@ -42,7 +43,7 @@ def _realized(path: Path) -> RealizedVerdict | None:
     return {"state": record["state"], "reason": record.get("reason", ""), "speedup": record.get("speedup")}
 
 
-def result(job: Any, outcome: Any, config: JsonObject) -> TuneResult:
+def result(job: Job, outcome: Any, config: JsonObject) -> TuneResult:
     """The object for `job`'s finished (or reviewed) run; `outcome`: the loop's Outcome, `config`:
     best_config.json's content."""
     path = Path(outcome.folder).resolve()
