@@ -93,8 +93,7 @@ class _ReadOnlyStorage(Storage):
         return self._tables
 
     def write(self, data: Any) -> None:
-        raise RecordError("knowledge-base records are only appended, through Store.append; "
-                          "tinydb may not rewrite them")
+        raise RecordError("knowledge-base records are only appended, through Store.append; tinydb may not rewrite them")
 
 
 @dataclass
