@@ -23,9 +23,11 @@ from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
 from ..util import procs
-from .tmpdirs import CACHE_FOLDERS, TMP_PATH_MAX, placed_by_user, short_base, tmp_env
+from .tmpdirs import CACHE_FOLDERS, FORKSERVER_HOME_ENV, TMP_PATH_MAX, placed_by_user, short_base, tmp_env
 
-PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
+# forkserver_home first: the server takes its own folder back when it ends, even after its tuner was killed.
+PRELOAD = ["autotune.executors.forkserver_home",
+           "torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
            "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
            # Text trials train inside trl.SFTTrainer: trl, datasets and the trainer's modules load once here.
            "trl", "datasets", "autotune.workloads.hf.sft", "autotune.engine.instruments"]
@@ -57,6 +59,8 @@ def _start_fork_server() -> None:
     for name in saved:
         if not placed_by_user(name, os.environ):
             os.environ[name] = os.path.join(own, name.lower())
+    saved[FORKSERVER_HOME_ENV] = os.environ.get(FORKSERVER_HOME_ENV)
+    os.environ[FORKSERVER_HOME_ENV] = own
     try:
         forkserver.ensure_running()
     finally:
