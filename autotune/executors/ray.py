@@ -25,9 +25,8 @@ import socket
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import ray
 import ray.exceptions
@@ -57,11 +56,11 @@ LOST = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptio
         ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError, ray.exceptions.LocalRayletDiedError)
 
 
-@dataclass(frozen=True)
-class SlotWhere:
+class SlotWhere(TypedDict):
     """Where a slot runs, as its actor reports it: the Ray node's id, host name and address, the GPU
     Ray gave it, the autotune package it imports, its own folder, and the runtime-environment copies
-    of the package on its path (Ray shipped it)."""
+    of the package on its path (Ray shipped it). A dict: the parallel loop reads a slot's `where` by key,
+    and a test's fake slot gives the same keys."""
 
     node: str
     host: str
@@ -127,11 +126,11 @@ class Slot:
     @property
     def placement(self) -> dict[str, str]:
         """The card a result ran on, as records keep it (Measurement.placement)."""
-        return {"node": self.where.ip, "host": self.where.host, "gpu": self.where.gpu,
-                "model": self.owner.model, "node_id": self.where.node[:12]}
+        return {"node": self.where["ip"], "host": self.where["host"], "gpu": self.where["gpu"],
+                "model": self.owner.model, "node_id": self.where["node"][:12]}
 
     def label(self) -> str:
-        return f"{self.where.ip} GPU {self.where.gpu or '?'}"
+        return f"{self.where['ip']} GPU {self.where['gpu'] or '?'}"
 
     def run(self, spec: JsonObject, trial_dir: Path, timeout_s: float) -> JsonObject:
         trial_dir.mkdir(parents=True, exist_ok=True)
@@ -165,7 +164,7 @@ class Slot:
         return {**read_result(result, f"{self.label()}: {trial_dir.name}/result.json"), "placement": self.placement}
 
     def _lost(self, why: str, started: float) -> JsonObject:
-        return {"state": "crash", "reason": f"node {self.where.ip} (GPU {self.where.gpu or '?'}): {why}",
+        return {"state": "crash", "reason": f"node {self.where['ip']} (GPU {self.where['gpu'] or '?'}): {why}",
                 "wall_s": round(time.monotonic() - started, 3), "exit_code": None, "placement": self.placement}
 
 
@@ -238,7 +237,7 @@ class RayExecutor:
                                 f"{self.address} within {self.start_timeout_s:.0f}s")
         self._began_with = len(self._slots)
         # A stable order, so the same cluster gives the same home slot.
-        self._slots.sort(key=lambda s: (s.where.ip, s.where.node, s.where.gpu))
+        self._slots.sort(key=lambda s: (s.where["ip"], s.where["node"], s.where["gpu"]))
 
     def slots(self) -> list[Slot]:
         self._replenish()

@@ -203,7 +203,7 @@ def test_the_package_reaches_the_nodes_through_the_runtime_environment(cluster):
         assert len(executor.slots()) == 2
         # Each node holds the package unpacked from the runtime environment's upload (here this checkout
         # is on the same disk as well, and the driver's folder comes first on the workers' path).
-        assert all(slot.where.shipped for slot in executor.slots()), [s.where for s in executor.slots()]
+        assert all(slot.where["shipped"] for slot in executor.slots()), [s.where for s in executor.slots()]
     finally:
         executor.close()
 
@@ -254,9 +254,9 @@ def test_a_slot_lost_on_a_live_node_is_replaced_once_its_gpu_is_free(cluster, tm
             time.sleep(0.5)
         assert executor.slots()[0] is home and len(executor.slots()) == 2
         new = executor.slots()[1]
-        assert new.where.node == lost.where.node and new is not lost
+        assert new.where["node"] == lost.where["node"] and new is not lost
         # The killed actor ran no cleanup; the new slot on that node removed its folder.
-        assert not Path(lost.where.folder).exists() and Path(home.where.folder).exists()
+        assert not Path(lost.where["folder"]).exists() and Path(home.where["folder"]).exists()
         assert new.run(make_spec(tmp_path), tmp_path / "001-002", 30)["state"] == "complete"
     finally:
         executor.close()
