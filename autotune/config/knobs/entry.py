@@ -47,8 +47,8 @@ class Knob:
 
     name: str
     kind: str
-    choices: tuple[Any, ...] = ()
-    naive: Any = None
+    choices: tuple[KnobValue, ...] = ()
+    naive: KnobValue = None
     minimum: int = 0          # an int knob's least value
     # An int knob's greatest value, checked where a value is read (the user's words, a config, a record):
     # a loader of 10**17 workers would spawn processes until the budget ends. docs/reference/knobs.md.
@@ -61,7 +61,7 @@ class Knob:
     changes_training: bool = False
     # The values the ranking tries, in this order (ties keep it); `climb="divisors"`: instead, the
     # neighbouring divisors of effective_batch around the incumbent's value.
-    tries: tuple[Any, ...] = ()
+    tries: tuple[KnobValue, ...] = ()
     climb: str | None = None
     # An int knob's step where a claim says `up` or `down` (an enabled change: workers + 2).
     step: int = 0
@@ -75,7 +75,7 @@ class Knob:
     measure_cost: float = 0.0
     # Values that change the numbers beyond precision noise: (value, parity tolerance, why), tried only
     # with allow_numerics_change=true.
-    numerics: tuple[tuple[Any, float, str], ...] = ()
+    numerics: tuple[tuple[KnobValue, float, str], ...] = ()
     # How its values move the losses: "exact" (the same numbers), "precision" (within precision noise,
     # parity-checked), "changes" (some values beyond it: see `numerics`).
     numerics_class: str = "exact"
