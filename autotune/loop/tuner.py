@@ -112,7 +112,9 @@ class Tuner:
 
     def meter(self) -> Meter:
         """A Meter on a copy of the state's run counters (`tell`, or `measure`, takes them back)."""
-        return Meter(self.executor, self.specs, self.state.peaks, self.state.counts(), self.display)
+        records = self.state.records
+        work = records[0].measurements[0].window_tokens if records and records[0].measurements else None
+        return Meter(self.executor, self.specs, self.state.peaks, self.state.counts(), self.display, work)
 
     def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> RunResult:
         """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`), counted
