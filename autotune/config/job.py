@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ..util.errors import JobError
 from .inputs import PATH_KEYS, check_path, check_word
 from .knobs import CATALOG, Knobs
 from .job_keys import JOB_KEYS, MLP_MODEL
 from .presets import PRESETS
+from .types import JsonObject
 
 MODES = ("smoke", "resume", "review", "fresh")
 # A smoke run checks a setup in minutes: without `time=`, this is its budget (a kind may set its own).
@@ -155,9 +156,9 @@ class Job:
     def is_mlp(self) -> bool:
         return self.model == MLP_MODEL
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The stored form: flat, one key per job key (job.json)."""
-        data: dict[str, Any] = {}
+        data: JsonObject = {}
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
             if item.name in _GROUPS:
@@ -171,7 +172,7 @@ class Job:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Job":
+    def from_dict(cls, data: Mapping[str, Any]) -> "Job":
         values = {k: v for k, v in data.items() if k != "schema_version"}
         for name, group in _GROUPS.items():
             found = {inner: values.pop(flat) for inner, flat in _FLAT[name].items() if flat in values}

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..config.types import JsonObject
 from ..config.messages import read_result, write_spec
@@ -115,19 +115,20 @@ class LocalExecutor:
         self.extra_env = extra_env or {}
         self.fork = fork and python == sys.executable
 
-    def _env(self, spec: dict[str, Any], trial_dir: Path, tag: str) -> dict[str, str]:
+    def _env(self, spec: JsonObject, trial_dir: Path, tag: str) -> dict[str, str]:
         # Temporary files (tempfile, multiprocessing's pymp-*, torch.compile's caches) go in the trial's
         # folder, removed when it ends; the tag finds every process it started (util/procs.py).
         tmp = trial_tmp(trial_dir, tag)
         env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
                OWNER_ENV: str(os.getpid()),  # the trial ends itself if this process dies first
                procs.TAG_ENV: tag, **tmp_env(tmp, os.environ)}
-        if spec["job"].get("smoke"):
+        job = spec["job"]
+        if isinstance(job, Mapping) and job.get("smoke"):
             env["CUDA_VISIBLE_DEVICES"] = ""  # smoke is a CPU dry run, whatever the machine has
         return env
 
-    def _start(self, spec: dict[str, Any], trial_dir: Path, tag: str) -> Any:
-        runner, env = spec.get("runner", "hf"), self._env(spec, trial_dir.resolve(), tag)
+    def _start(self, spec: JsonObject, trial_dir: Path, tag: str) -> Any:
+        runner, env = str(spec.get("runner", "hf")), self._env(spec, trial_dir.resolve(), tag)
         paths = [str(trial_dir / name) for name in ("spec.json", "result.json", "stdout.txt", "stderr.txt")]
         if self.fork:
             child = _context().Process(target=run_forked, args=(runner, *paths, env), daemon=False)

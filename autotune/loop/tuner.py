@@ -26,6 +26,7 @@ from typing import Any
 
 from ..util.errors import AutotuneError
 from ..executors.base import Executor
+from ..config.types import peaks_json
 from ..config.job import Job
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
@@ -139,7 +140,7 @@ class Tuner:
         frame: Frame = thawed(result.frame)
         peaks = device_of(frame)["peaks"]
         remember_peaks(self.kb, peaks)
-        self.state.peaks = peaks
+        self.state.peaks = peaks_json(peaks)
         self.memory.start(frame)
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         return frame

@@ -49,7 +49,7 @@ def test_vlm_step_flops_match_flop_counter(preset, method, size):
     config, model, vision, batch, units = _setup(preset, method, size)
     cost = vision_cost(model, config)
     lengths = [batch["input_ids"].shape[1]] * 2
-    text = flops.step_flops(flops.matmul_params(model, skip=cost["modules"]), flops.attention_shape(config), lengths,
+    text = flops.step_flops(flops.matmul_params(model, skip=cost.modules), flops.attention_shape(config), lengths,
                             False)["model"]
     ours = text + image_flops(cost, units * 2, False)["model"]
     counted = _counted(model, batch)
@@ -88,14 +88,14 @@ def test_the_idefics3_tower_and_connector_flops_match_per_tile(method, size):
 def test_a_frozen_tower_costs_its_forward_only_and_text_skips_it():
     config, model, vision, batch, units = _setup("tiny-qwen2-vl", "lora", (224, 224))
     cost = vision_cost(model, config)
-    assert not cost["trains"]
+    assert not cost.trains
     (patches, tokens), = image = units
-    layers, heads, head_dim = cost["attention"]
-    weights = sum(cost["patch"].values()) + sum(cost["embed"].values())
-    forward = 2 * weights * patches + 2 * sum(cost["token"].values()) * tokens + 4 * layers * heads * head_dim * patches ** 2
+    layers, heads, head_dim = cost.attention
+    weights = sum(cost.patch.values()) + sum(cost.embed.values())
+    forward = 2 * weights * patches + 2 * sum(cost.token.values()) * tokens + 4 * layers * heads * head_dim * patches ** 2
     assert image_flops(cost, image, False)["model"] == forward
     assert image_flops(cost, image, True)["hardware"] == forward  # nothing to recompute without a backward
     # The tower's weights are not counted again per text token.
-    everything, text_only = flops.matmul_params(model), flops.matmul_params(model, skip=cost["modules"])
-    tower_weights = sum(cost["patch"].values()) + sum(cost["token"].values())
+    everything, text_only = flops.matmul_params(model), flops.matmul_params(model, skip=cost.modules)
+    tower_weights = sum(cost.patch.values()) + sum(cost.token.values())
     assert sum(everything.values()) - sum(text_only.values()) == tower_weights

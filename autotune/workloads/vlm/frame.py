@@ -102,7 +102,7 @@ def vlm_flops(model: Any, config: Any, vision: Any, rows: list[list[int]], measu
         row = vision.vision.resize_row(rows[r], vision.sizes[r], vision.max_pixels)
         lengths.append(len(row))
         images += [unit for h, w in vision.sizes[r] for unit in vision.vision.units(h, w, vision.max_pixels)]
-    text = flops.step_flops(flops.matmul_params(model, skip=cost["modules"]), flops.attention_shape(config), lengths,
+    text = flops.step_flops(flops.matmul_params(model, skip=cost.modules), flops.attention_shape(config), lengths,
                             gradient_checkpointing)
     side = image_flops(cost, images, gradient_checkpointing)
     return {name: text[name] + side[name] for name in ("model", "hardware")}
