@@ -81,7 +81,8 @@ def _freeze_fields(message: Any) -> None:
 @dataclass(frozen=True)
 class ProbeJob:
     """The part of a job a user's script's probe or parse run carries (kind probe/parse: script/probe.py,
-    script/parsed.py): what its hooks read. It has no worst-case steps, so no `max_len`."""
+    script/parsed.py): what its hooks read. Its `max_len` is None (it runs no worst-case steps), where a
+    Job's is the user's."""
 
     seed: int = 0
     smoke: bool = False
@@ -149,6 +150,28 @@ class TrialSpec:
             raise RecordError(f"a {self.kind} spec carries only a part of the job")
         return self.job
 
+    @property
+    def whole_knobs(self) -> Knobs:
+        """The knobs of a frame or a trial (a probe carries only its precision)."""
+        if isinstance(self.knobs, ProbeKnobs):
+            raise RecordError(f"a {self.kind} spec carries only a part of the knobs")
+        return self.knobs
+
+    @property
+    def rows_file(self) -> Path:
+        """The run's rows file (the built-in runners' specs name it: trial_spec.json)."""
+        return _named(self.rows_path, "rows_path", self.runner)
+
+    @property
+    def model_config_file(self) -> Path:
+        """The model config the frame resolved (an HF runner's spec names it)."""
+        return _named(self.model_config_path, "model_config_path", self.runner)
+
+    @property
+    def work_folder(self) -> Path:
+        """The folder a script's trial mirrors the user's tree in (its spec names it)."""
+        return _named(self.workdir, "workdir", self.runner)
+
     def peak_flops(self, precision: str) -> float | None:
         """The device's measured matmul peak at `precision` (the frame's), where it has one."""
         found = ((self.peaks or {}).get("matmul_flops") or {}).get(precision)
@@ -180,6 +203,12 @@ class TrialSpec:
             values.update(job=ProbeJob(int(plain["job"]["seed"]), bool(plain["job"]["smoke"])),
                           knobs=ProbeKnobs(str(plain["knobs"]["precision"])))
         return cls(**values)
+
+
+def _named(path: str | None, name: str, runner: str) -> Path:
+    if path is None:
+        raise RecordError(f"a {runner} runner's spec names its {name}")
+    return Path(path)
 
 
 # What a frame found, as the parent reads it (frame.json; loop/ and reasoner/ read it by these keys).
@@ -264,7 +293,7 @@ class MeasurementDoc(TypedDict, total=False):
     mfu: float | None
     hfu: float | None
     peak_flops: float | None
-    peak_remeasured: dict[str, float | str]
+    peak_remeasured: dict[str, float | str | None]
     peak_memory: PeakReading
     parity_losses: dict[str, list[float]] | None
     parity_rows: JsonObject | None

@@ -114,8 +114,9 @@ def _against_fastest(spec: TrialSpec, measurement: MeasurementDoc) -> str | None
                 f"product now ({bound_name}): the timing is wrong")
     measurement["peak_remeasured"] = {"bound": bound_name, "flops": bound, "recorded_flops": measurement["peak_flops"],
                                       "recorded_mfu": measurement["mfu"]}
-    measurement.update(peak_flops=bound, mfu=mfu,
-                       hfu=measurement["hfu"] * scale if measurement.get("hfu") is not None else None)
+    hfu = measurement.get("hfu")
+    measurement["peak_flops"], measurement["mfu"] = bound, mfu
+    measurement["hfu"] = hfu * scale if hfu is not None else None
     return None
 
 

@@ -12,7 +12,7 @@ from ...config.types import JsonObject
 from ..vlm.caveats import caveats
 
 if TYPE_CHECKING:
-    from .export import PythonKwargs
+    from .handover_spec import PythonKwargs
 
 
 class Handover(TypedDict):

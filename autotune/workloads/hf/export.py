@@ -10,13 +10,14 @@ loads offline, and synthetic rows as a dataset with an `input_ids` column (TRL t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, TypedDict
+from typing import Any
 
 from ...config.job import Job
 from ...config.knobs import Knobs
 from ...config.types import JsonObject, KnobView
 from ...util.io import write_text_atomic
 from ...config.job_files import DATA_DIR, DATA_FILE  # noqa: F401 - the run folder's rows, which from= reads back
+from .handover_spec import PythonKwargs, RealizedRecord
 from .trl_args import DATA_KEYS, MODEL_KEYS, knob_fields, lora_fields, lora_kwargs, model_fields, outside_trl
 
 # Folders of the run folder that hold what the files name when no hub or user file does.
@@ -24,18 +25,6 @@ MODEL_DIR = "model"
 OUTPUT_DIR = "trl_output"
 FILES = {"baseline": "baseline_config.yaml", "best": "best_config.yaml"}
 SUFFIX_TO_BUILDER = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
-
-
-class PythonKwargs(TypedDict, total=False):
-    """A `trl sft` file as Python keyword arguments (best_config.json, realized.json's `kwargs`): each value
-    the keyword arguments of one third-party call, by that library's names."""
-
-    sft_config: JsonObject
-    from_pretrained: JsonObject
-    model: str
-    dataset: JsonObject
-    lora_config: JsonObject
-    outside_trl: list[str]
 
 
 def model_is_saved(job: Job) -> bool:
@@ -78,19 +67,19 @@ def trl_config(job: Job, knobs: Knobs, *, fields: frozenset[str], cpu: bool, run
     return config
 
 
-def python_kwargs(config: Mapping[str, Any]) -> PythonKwargs:
+def python_kwargs(config: JsonObject) -> PythonKwargs:
     """The same file as Python keyword arguments: `SFTConfig(**sft_config)`, `from_pretrained(model,
     **from_pretrained)` (also SFTConfig's `model_init_kwargs`), `peft.LoraConfig(**lora_config)`."""
     sft = {k: v for k, v in config.items() if k not in MODEL_KEYS and k not in DATA_KEYS}
     load = {k: config[k] for k in ("attn_implementation", "dtype")}
-    kwargs: PythonKwargs = {"sft_config": sft, "from_pretrained": load, "model": config["model_name_or_path"],
+    kwargs: PythonKwargs = {"sft_config": sft, "from_pretrained": load, "model": str(config["model_name_or_path"]),
                             "dataset": {k: config[k] for k in DATA_KEYS if k in config}}
     if config.get("use_peft"):
         kwargs["lora_config"] = lora_kwargs(list(config["lora_target_modules"]))
     return kwargs
 
 
-def yaml_text(config: Mapping[str, Any], header: str) -> str:
+def yaml_text(config: JsonObject, header: str) -> str:
     import yaml
 
     comment = "".join(f"# {line}\n" for line in header.splitlines())
@@ -112,7 +101,7 @@ def fallback_configs(job: Job, knobs: Knobs, cpu: bool, run_path: Path) -> JsonO
                       lora_targets=["all-linear"] if job.method == "lora" else None)
 
 
-def header(job: Job, label: str, trial: int, record: Mapping[str, Any] | None) -> str:
+def header(job: Job, label: str, trial: int, record: RealizedRecord | None) -> str:
     ran = ("It ran in `trl sft` at the end of the tune (see report.md)." if record and record.get("state") == "complete"
            else "It was not run in `trl sft` by this tune" + (f": {record['reason']}" if record and record.get("reason")
                                                               else "."))
@@ -120,7 +109,7 @@ def header(job: Job, label: str, trial: int, record: Mapping[str, Any] | None) -
             "Flags after --config override the file (e.g. --max_steps, --output_dir).")
 
 
-def write_files(folder: Any, job: Job, best_config: KnobView, record: Mapping[str, Any] | None,
+def write_files(folder: Any, job: Job, best_config: KnobView, record: RealizedRecord | None,
                 cpu: bool) -> PythonKwargs:
     """baseline_config.yaml and best_config.yaml in the run folder (the contents the hand-over step ran,
     where it ran); the best config's Python keyword arguments. What a file cannot hold (an allocator

@@ -9,7 +9,7 @@ from typing import Any, Mapping, NotRequired, TypedDict
 
 from ...config.job import Job
 from ...config.knobs import Knobs
-from ...config.types import JsonObject
+from ...config.types import JsonObject, KnobConfig
 from ...util.errors import JobError, RecordError
 
 
@@ -59,6 +59,18 @@ class HandoverSpec:
             raise RecordError(f"{where} is malformed: {error}") from None
 
 
+class PythonKwargs(TypedDict, total=False):
+    """A `trl sft` file as Python keyword arguments (best_config.json, realized.json's `kwargs`): each value
+    the keyword arguments of one third-party call, by that library's names."""
+
+    sft_config: JsonObject
+    from_pretrained: JsonObject
+    model: str
+    dataset: JsonObject
+    lora_config: JsonObject
+    outside_trl: list[str]
+
+
 class TimedRun(TypedDict):
     """One `trl sft` run of a file (realized.json's `runs`, with `config` and `trial` added there)."""
 
@@ -67,6 +79,13 @@ class TimedRun(TypedDict):
     wall_s: float
     train_runtime_s: float | None
     error: NotRequired[str]
+
+
+class RunRecord(TimedRun):
+    """A timed run as realized.json lists it: which config (baseline or best) of which trial."""
+
+    config: str
+    trial: int
 
 
 class Refused(TypedDict):
@@ -79,7 +98,7 @@ class Realized(TypedDict, total=False):
 
     state: str
     reason: str
-    runs: list[JsonObject]
+    runs: list[RunRecord]
     refused: list[Refused]
     best_trial: int
     rounds: int
@@ -93,6 +112,19 @@ class HandoverReply(TypedDict):
     adapter's layers, how the timed runs went."""
 
     files: dict[str, JsonObject]
-    kwargs: dict[str, JsonObject]
+    kwargs: dict[str, PythonKwargs]
     lora_target_modules: list[str] | None
     realized: Realized
+
+
+class RealizedRecord(Realized, total=False):
+    """realized.json as output/realize.py stores it: what the step measured, and the loop's side (its best
+    trial and speed-up), the handed-over trial's knobs, the files' contents and keyword arguments."""
+
+    schema_version: int
+    loop_best_trial: int
+    loop_speedup: float
+    best_knobs: KnobConfig
+    steps: dict[str, int]
+    configs: dict[str, JsonObject]
+    kwargs: dict[str, PythonKwargs]

@@ -104,7 +104,7 @@ def build_model(job: Job, knobs: Knobs, device: str, config: Any,
     from .trl_args import model_init_kwargs
 
     # A LoRA job's frozen base may load in bf16 (`dtype`); everything else keeps fp32 master weights.
-    dtype = getattr(torch, model_init_kwargs(knobs)["dtype"])
+    dtype = getattr(torch, str(model_init_kwargs(knobs)["dtype"]))
     if knobs.load_in_4bit:
         model = _load_4bit(auto, job, config, knobs)
     elif uses_random_weights(job):

@@ -23,9 +23,8 @@ from statistics import median
 from typing import Any
 
 from ...config.job import Job
-from ...config.types import JsonObject
 from ...engine import common
-from .handover_spec import Candidate, HandoverReply, HandoverSpec, Realized, Refused, TimedRun
+from .handover_spec import Candidate, HandoverReply, HandoverSpec, Realized, Refused, RunRecord, TimedRun
 
 RUNTIME = re.compile(r"'train_runtime': '?([0-9.]+)'?")
 ERROR_TAIL = 1500
@@ -300,7 +299,7 @@ def interleave(spec: HandoverSpec, files: dict[str, Path], work: Path) -> Realiz
 
     env, timeout = _env(spec), spec.run_timeout_s
     warm_trl(env)
-    runs: list[JsonObject] = []
+    runs: list[RunRecord] = []
 
     def go(candidate: Candidate, steps: int, label: str) -> TimedRun:
         n = len(runs)

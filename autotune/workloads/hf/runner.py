@@ -34,8 +34,8 @@ def frame(spec: TrialSpec) -> FrameReply:
 
     job, device = spec.whole_job, common.setup_device(spec)
     config, source = resolve_config(job)
-    save_config(config, Path(str(spec.model_config_path)))
-    model = build_model(job, spec.knobs, device, config)
+    save_config(config, spec.model_config_file)
+    model = build_model(job, spec.whole_knobs, device, config)
     needed = int(spec.rows_needed or 0)
     if is_vlm(config):
         data, limits = frame_vlm(spec, job, config, model, needed, VLM_FRAME_SAMPLE_ROWS)
@@ -54,7 +54,7 @@ def frame(spec: TrialSpec) -> FrameReply:
         vocab = config.vocab_size
     # Small datasets repeat, so every trial still has the rows it needs in one seeded order.
     rows = [sample[i % len(sample)] for i in range(needed)]
-    write_rows(Path(str(spec.rows_path)), rows, pad_id, vocab)
+    write_rows(spec.rows_file, rows, pad_id, vocab)
     return {"frame": {"device": device_facts(device, thawed(spec.peak_cache)), "model": {**model_facts(model, config), "source": source},
                       "data": {**length_facts(sample, job.max_len), "rows_available": len(sample),
                                "dataset": job.dataset},
@@ -72,19 +72,21 @@ def sft_limits(job: Job | Mapping[str, object]) -> list[JsonObject]:
 def _sft_limits(method: str, numerics_allowed: bool) -> list[JsonObject]:
     from ...config.knobs import job_limits
 
-    return [{"knob": "chunked_cross_entropy", "value": True, "silent": False,
-             "reason": "trl.SFTTrainer computes the loss chunk by chunk already (its fused LM head): the full "
-                       "logits never exist there"}] + job_limits(method, numerics_allowed)
+    own: list[JsonObject] = [{"knob": "chunked_cross_entropy", "value": True, "silent": False,
+                              "reason": "trl.SFTTrainer computes the loss chunk by chunk already (its fused LM "
+                                        "head): the full logits never exist there"}]
+    return own + job_limits(method, numerics_allowed)
 
 
 def loop_limits(job: Job, config: Any) -> list[JsonObject]:
     """What autotune's own loop (image-text models) does not do, and the job's own limits."""
     from ...config.knobs import job_limits
 
-    limits = [{"knob": name, "value": True, "silent": False, "reason": f"{why}: autotune's own loop (image-text "
-               "models) trains without trl.SFTTrainer"} for name, why in
-              (("use_liger_kernel", "liger-kernel is applied by trl.SFTTrainer"),
-               ("activation_offloading", "activation offloading is TRL's"))]
+    limits: list[JsonObject] = [
+        {"knob": name, "value": True, "silent": False,
+         "reason": f"{why}: autotune's own loop (image-text models) trains without trl.SFTTrainer"}
+        for name, why in (("use_liger_kernel", "liger-kernel is applied by trl.SFTTrainer"),
+                          ("activation_offloading", "activation offloading is TRL's"))]
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(text, "final_logit_softcapping", None) or getattr(text, "logit_scale", None):
         limits.append({"knob": "chunked_cross_entropy", "value": True, "silent": False,
@@ -105,9 +107,9 @@ def _ceiling(spec: TrialSpec, job: Job, device: str, stored: StoredRows, vision:
     from .models import build_model, load_config
     from ...engine.train import Engine, TrialFault, worst_case_peak
 
-    knobs = spec.knobs
+    knobs = spec.whole_knobs
     limit = memory.limit_bytes(memory_total(device), job.mem_limit, job.mem_margin)
-    config = load_config(Path(str(spec.model_config_path)))
+    config = load_config(spec.model_config_file)
     if vision is None:
         from .sft import worst_case_peak as sft_peak
 
@@ -143,12 +145,12 @@ def trial(spec: TrialSpec) -> TrialReply:
     from .trl_args import environment
 
     # The config's allocator settings, before anything starts CUDA in this child.
-    os.environ.update(environment(spec.knobs))
-    job, knobs, device = spec.whole_job, spec.knobs, common.setup_device(spec)
+    os.environ.update(environment(spec.whole_knobs))
+    job, knobs, device = spec.whole_job, spec.whole_knobs, common.setup_device(spec)
     common.inject_early_fault(spec.inject_fault)
-    rows_path = Path(str(spec.rows_path))
+    rows_path = spec.rows_file
     stored = read_rows(rows_path)
-    config = load_config(Path(str(spec.model_config_path)))
+    config = load_config(spec.model_config_file)
     vision = vision_rows(job, knobs, config, stored, rows_path)
     ceiling = _ceiling(spec, job, device, stored, vision) if spec.ceiling else None
     if vision is None:

@@ -72,7 +72,7 @@ def frame(spec: TrialSpec) -> FrameReply:
     job, device = spec.whole_job, common.setup_device(spec)
     shape = _shape(job)
     features, labels = _rows(job)
-    Path(str(spec.rows_path)).write_text(json.dumps({
+    spec.rows_file.write_text(json.dumps({
         "schema_version": 1, "kind": "mlp", "rows": shape.rows, "features": job.max_len,
         "classes": CLASSES, "seed": job.seed, "sha256": _digest(features, labels)}))
     model = build_model(job, device)
@@ -138,7 +138,7 @@ def _loaded(spec: TrialSpec) -> tuple[Any, Any]:
     from ...engine.train import TrialFault
 
     features, labels = _rows(spec.whole_job)
-    recorded = json.loads(Path(str(spec.rows_path)).read_text())["sha256"]
+    recorded = json.loads(spec.rows_file.read_text())["sha256"]
     if _digest(features, labels) != recorded:
         raise TrialFault("invalid", "the regenerated rows differ from the frame's (another torch version or "
                          "machine): trials would not train the same rows")
@@ -192,7 +192,7 @@ def trial(spec: TrialSpec) -> TrialReply:
     from ...probes import flops, memory, nvml
     from ...engine.train import accepted, measurement_of
 
-    job, knobs, device = spec.whole_job, spec.knobs, common.setup_device(spec)
+    job, knobs, device = spec.whole_job, spec.whole_knobs, common.setup_device(spec)
     common.inject_early_fault(spec.inject_fault)
     features, labels = _loaded(spec)
     ceiling = _ceiling(job, knobs, device, features, labels) if spec.ceiling else None

@@ -15,7 +15,6 @@ import os
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...util.errors import JobError
@@ -87,7 +86,7 @@ def relay(spec: TrialSpec) -> Reply:
     the launched runner's result is this one's."""
     from ...engine.train import TrialFault
 
-    folder = Path(str(spec.workdir))
+    folder = spec.work_folder
     folder.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = folder / "launched_spec.json", folder / "launched_result.json"
     spec_path.write_text(json.dumps(spec.to_dict()))

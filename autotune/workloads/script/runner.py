@@ -383,7 +383,7 @@ def body(spec: TrialSpec) -> Reply:
         try:
             return parse(spec)
         finally:
-            shutil.rmtree(Path(str(spec.workdir)) / "tree", ignore_errors=True)
+            shutil.rmtree(spec.work_folder / "tree", ignore_errors=True)
     from . import launch
 
     if (spec.script or {}).get("launcher") and not launch.launched():
@@ -392,7 +392,7 @@ def body(spec: TrialSpec) -> Reply:
         return trial(spec)
     finally:
         # The trial's own copy: the user's folder is not under it.
-        shutil.rmtree(Path(str(spec.workdir)) / "tree", ignore_errors=True)
+        shutil.rmtree(spec.work_folder / "tree", ignore_errors=True)
 
 
 def entry(spec_path: Path, result_path: Path) -> int:

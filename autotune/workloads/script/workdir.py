@@ -41,7 +41,7 @@ def build_workdir(spec: TrialSpec) -> tuple[Path, Path, list[str], dict[str, Any
     from ...config.messages import thawed
 
     script = thawed(spec.script or {})   # plain lists and dicts, as the edits and YAML writers take them
-    workdir = Path(str(spec.workdir))
+    workdir = spec.work_folder
     cwd, mirror = Path(script["cwd"]), workdir / "tree"
     files: dict[Path, bytes] = {Path(script["path"]): Path(script["path"]).read_bytes()}
     if script.get("source_edits"):   # keywords of the script's own calls (workloads/script/frameworks.py)

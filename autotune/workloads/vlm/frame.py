@@ -53,15 +53,16 @@ def frame_vlm(spec: TrialSpec, job: Job, config: Any, model: Any, needed: int,
     examples = load_image_examples(job.dataset, job.seed, max(needed, sample_rows))
     built, skipped = build_rows(examples, vision, job.max_len)
     if not built:
-        raise ValueError(f"no example fits max_len={job['max_len']}: each one's image tokens alone exceed it; "
+        raise ValueError(f"no example fits max_len={job.max_len}: each one's image tokens alone exceed it; "
                          "raise max_len")
     # Small datasets repeat; the images file holds each used example's images once.
     used = built[:min(needed, len(built))]
-    offsets, images = [], []
+    offsets: list[list[int]] = []
+    images: list[bytes] = []
     for row in used:
         offsets.append(list(range(len(images), len(images) + len(row["images"]))))
         images += row["images"]
-    rows_path = Path(str(spec.rows_path))
+    rows_path = spec.rows_file
     ends = write_images(rows_path, images)
     order = [i % len(used) for i in range(needed)]
     tokenizer = vision.tokenizer

@@ -66,7 +66,7 @@ def synthetic_examples(count: int, seed: int) -> list[ImageExample]:
     """Seeded examples: one image of a realistic size and a caption of a realistic length each."""
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
-    examples = []
+    examples: list[ImageExample] = []
     for _ in range(count):
         width, height = rng.choices(SYNTHETIC_SIZES, SYNTHETIC_SIZE_WEIGHTS)[0]
         words = int(min(CAPTION_MAX_WORDS, max(3, round(rng.lognormvariate(math.log(CAPTION_MEDIAN_WORDS),

@@ -156,3 +156,24 @@ def test_realize_is_a_job_key_that_tests_can_turn_off():
 
     with pytest.raises(JobError, match="realize"):
         demo_job(realize="maybe")
+
+
+def test_the_hand_over_step_reads_its_spec_typed_and_names_what_is_missing(tmp_path):
+    """output/realize.py's spec, as the hand-over child reads it: a Job, each candidate's Knobs."""
+    from autotune.util.errors import RecordError
+    from autotune.workloads.hf.handover_spec import HandoverSpec
+
+    job = demo_job()
+    spec = {"schema_version": 1, "kind": "realize", "runner": "realize", "job": job.to_dict(),
+            "knobs": job.start.to_dict(), "rows_path": str(tmp_path / "rows.json"),
+            "model_config_path": str(tmp_path / "model_config.json"), "run_path": str(tmp_path),
+            "work_dir": str(tmp_path / "work"), "rounds": 1, "realize": True, "skip_reason": "", "cpu": True,
+            "run_timeout_s": 60, "offline": True,
+            "candidates": [{"trial": 3, "knobs": BEST.to_dict(), "steps": 2},
+                           {"trial": 0, "knobs": job.start.to_dict(), "steps": 2}]}
+    typed = HandoverSpec.from_dict(spec)
+    assert typed.job == job and typed.candidates[0].knobs == BEST and typed.candidates[-1].trial == 0
+    with pytest.raises(RecordError, match="'work_dir'"):
+        HandoverSpec.from_dict({k: v for k, v in spec.items() if k != "work_dir"})
+    with pytest.raises(RecordError, match="malformed"):
+        HandoverSpec.from_dict({**spec, "candidates": [{"trial": 0, "knobs": {"padding": "sideways"}, "steps": 2}]})
