@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Mapping
 
 from ..config.job import Job, parse_words
 from ..config.job_keys import MLP_MODEL
+from ..config.types import JsonObject
 from ..util.errors import JobError
 from .hf.best import best_config as hf_best
 from .hf.job import hf_job
@@ -47,8 +48,8 @@ class Kind:
     build: Builder
     own_keys: tuple[str, ...]  # keys that belong to it alone (refused on another kind)
     is_kind: Callable[[Job], bool]
-    best: Callable[..., dict[str, Any]]  # (job, knobs, script=, vlm=, handover=, folder_path=) -> best_config.json
-    spec_fields: Callable[[SpecInputs], dict[str, Any]]
+    best: Callable[..., JsonObject]  # (job, knobs, script=, vlm=, handover=, folder_path=) -> best_config.json
+    spec_fields: Callable[[SpecInputs], JsonObject]
 
 
 # First match wins; the HF model is the default.
@@ -85,9 +86,10 @@ def job_from_words(run: str, words: list[str], place: RunPlace | None = None) ->
     raise AssertionError("the last kind takes every job")
 
 
-def job_from_dict(run: str, keys: dict[str, Any], place: RunPlace | None = None) -> Job:
+def job_from_dict(run: str, keys: Mapping[str, object], place: RunPlace | None = None) -> Job:
     """The job a job file holding `keys` makes, for a caller in Python: `{"model": "mlp", "smoke": True}`
-    passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
+    passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line. (`keys`:
+    the caller's own, checked here as a job file's are.)"""
     from ..config.job_files import mapping_pairs
 
     pairs, modes = mapping_pairs(keys, "job", Path.cwd())

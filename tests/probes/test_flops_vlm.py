@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from autotune.config.knobs import NAIVE_START
+from autotune.config.job import Job
+from autotune.config.knobs import Knobs
 from autotune.config.presets import PRESETS
 from autotune.probes import flops
 from autotune.probes.vision_flops import image_flops, vision_cost
@@ -16,9 +17,9 @@ from autotune.workloads.vlm.vision import byte_tokenizer, family_tokens, image_p
 
 def _setup(preset: str, method: str, size: tuple[int, int]):
     config = _config_from_dict(dict(PRESETS[preset]))
-    job = {"model": preset, "method": method, "seed": 0, "smoke": True}
+    job = Job(run="t", model=preset, dataset="synthetic", max_len=64, effective_batch=1, method=method, smoke=True)
     # eager: FlopCounterMode does not count the CPU kernels of sdpa, so attention shows only as matmuls
-    model = build_model(job, dict(NAIVE_START, attn_implementation="eager"), "cpu", config)
+    model = build_model(job, Knobs(attn_implementation="eager"), "cpu", config)
     vision = Vision(config.model_type, image_processor_for(config), byte_tokenizer(family_tokens(config.model_type)),
                     config)
     from PIL import Image
