@@ -103,7 +103,7 @@ class Job:
     max_trials: int | None = None
     time_budget_s: int | None = None
     kb: str = ""
-    weights: str = "pretrained"
+    weights: str = ""                # "": the kind's default (random for a preset or the MLP, else pretrained)
     seed: int = 0
     mem_limit: int | None = None
     mem_margin: float = 0.1
@@ -134,14 +134,14 @@ class Job:
             raise JobError(f"effective_batch={self.effective_batch}: expected {JOB_KEYS['effective_batch']}")
         if self.method not in ("sft", "lora"):
             raise JobError(f"method={self.method!r}: expected {JOB_KEYS['method']}")
-        if self.weights not in ("pretrained", "random"):
+        if self.weights not in ("", "pretrained", "random"):
             raise JobError(f"weights={self.weights!r}: expected {JOB_KEYS['weights']}")
         if not 0 <= self.mem_margin <= 0.9:
             raise JobError(f"mem_margin={self.mem_margin}: expected {JOB_KEYS['mem_margin']}")
         if not 0 <= self.min_gain <= 0.5:
             raise JobError(f"min_gain={self.min_gain}: expected {JOB_KEYS['min_gain']}")
-        if (self.mlp is not None) != self.is_mlp:
-            raise JobError("model=mlp and its shape (mlp_width, mlp_depth, mlp_rows) go together")
+        if self.mlp is not None and not self.is_mlp:
+            raise JobError("mlp_width, mlp_depth and mlp_rows go with model=mlp; add model=mlp or drop them")
         micro = self.start.per_device_train_batch_size
         if self.effective_batch % micro:
             raise JobError(

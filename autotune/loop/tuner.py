@@ -28,6 +28,7 @@ from ..util.errors import AutotuneError
 from ..executors.base import Executor
 from ..config.types import peaks_json
 from ..config.job import Job
+from ..workloads.jobs import completed
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
 from ..config.measurement import Decision, Measurement
@@ -61,6 +62,7 @@ class Tuner:
 
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
                  inject: dict[int, str] | None = None, fresh: bool = False) -> None:
+        job = completed(job)   # a Job built in Python gets what its words would (workloads/jobs.py)
         self.job, self.executor, self.display = job, executor, display
         self.folder = RunFolder(root, job.run)
         self.kb = kb_folder(job.kb)

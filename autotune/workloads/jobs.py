@@ -16,9 +16,9 @@ from ..config.job_keys import MLP_MODEL
 from ..config.types import JsonObject
 from ..util.errors import JobError
 from .hf.best import best_config as hf_best
-from .hf.job import hf_job
+from .hf.job import complete as hf_complete, hf_job
 from .mlp.best import best_config as mlp_best
-from .mlp.job import MLP_KEYS, mlp_job
+from .mlp.job import MLP_KEYS, complete as mlp_complete, mlp_job
 from .script.best import best_config as script_best
 from .script.job import script_job
 from .script.spec import spec_fields as script_fields
@@ -50,18 +50,26 @@ class Kind:
     is_kind: Callable[[Job], bool]
     best: Callable[..., JsonObject]  # (job, knobs, script=, vlm=, handover=, folder_path=) -> best_config.json
     spec_fields: Callable[[SpecInputs], JsonObject]
+    # A Job built in Python (`autotune.Job(...)`) checked and given the defaults its words would get;
+    # a Job its words built passes through unchanged.
+    complete: Callable[[Job], Job] = lambda job: job
 
 
 # First match wins; the HF model is the default.
 KINDS: tuple[Kind, ...] = (
     Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs",
                                                                         "script_launcher"),
-         lambda job: job.script is not None, script_best, script_fields),
+         lambda job: job.script is not None, script_best, script_fields),  # read from its files by the Tuner
     Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best,
-         frame_inputs),
-    Kind("hf", lambda pairs: True, hf_job, (), lambda job: True, hf_best, frame_inputs),
+         frame_inputs, mlp_complete),
+    Kind("hf", lambda pairs: True, hf_job, (), lambda job: True, hf_best, frame_inputs, hf_complete),
 )
 _WITH = {"script": "script=PATH; add script=your_training_script.py", "mlp": "model=mlp; add model=mlp or drop them"}
+
+
+def completed(job: Job) -> Job:
+    """`job` as its kind completes it: checked as its words would be, with their defaults filled in."""
+    return kind_of(job).complete(job)
 
 
 def kind_of(job: Job) -> Kind:
