@@ -9,7 +9,7 @@ from __future__ import annotations
 import resource
 import sys
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 # Share of the memory limit held back by default: a long run must not OOM hours in on fragmentation
 # or a rare long batch (Lightning's batch-size finder lesson: fixes were a margin and a max value).
@@ -39,7 +39,15 @@ def _rss_peak_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)  # macOS reports bytes, Linux KiB
 
 
-def read_peak(device: str) -> dict[str, Any]:
+class PeakReading(TypedDict):
+    """A measurement's `peak_memory` (schemas/measurement.json): what the card or process held at most."""
+
+    kind: str                       # cuda_allocator | cpu_peak_rss
+    bytes: int
+    allocated_bytes: NotRequired[int]   # CUDA: what tensors used, of the reserved `bytes`
+
+
+def read_peak(device: str) -> PeakReading:
     if device == "cuda":  # CUDA-only
         import torch
 
