@@ -23,6 +23,7 @@ import runpy
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ...config.messages import TrialSpec
 from ...config.types import JsonObject, KnobValue
 
 # (module, class, methods) wrapped; a library that is not installed is skipped.
@@ -139,9 +140,9 @@ class Watch:
         self._undo.clear()
 
 
-def parse(spec: JsonObject) -> JsonObject:
-    """The runner's `kind=parse` (`spec`: the trial spec as the child reads it): the script run until its
-    parser returns, in a copy of the user's folder as a trial's; the result's `parsed`, what that returned."""
+def parse(spec: TrialSpec) -> JsonObject:
+    """The runner's `kind=parse`: the script run until its parser returns, in a copy of the user's folder
+    as a trial's; the result's `parsed`, what that returned."""
     from .workdir import as_main, build_workdir
 
     mirror, script, argv, _ = build_workdir(spec)

@@ -17,35 +17,20 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping, NotRequired, TypedDict
+from typing import Any, Callable, Mapping, TypedDict
 
+from ...config.messages import PeakReading
 from ...config.types import JsonValue
 from ...probes.profile import PhaseTimer
 
 WORST_STEPS = 3   # a lead-in step (batches fetched ahead), then the two whose peak is read
 
 
-class Peak(TypedDict):
-    """A peak as probes/memory.read_peak reads it."""
-
-    kind: str                            # "cuda_allocator" or "cpu_peak_rss"
-    bytes: int
-    allocated_bytes: NotRequired[int]    # CUDA: what tensors used, below what the allocator reserved
-
-
-class CeilingReading(Peak):
-    """The measurement's `ceiling` (read back by config/measurement.Ceiling): the worst-case steps'
-    peak, the limit it is held to, whether it fits and the batch's shape."""
-
-    limit_bytes: int
-    fits: bool
-    shape: str                           # "4 x 256 tokens"
-
-
 class WorstCaseFields(TypedDict, total=False):
-    """What the worst-case steps add to a script trial's measurement: the ceiling, or why there is none."""
+    """What the worst-case steps add to a script trial's measurement: the ceiling (the peak with its limit,
+    whether it fits and the batch's shape, "4 x 256 tokens"), or why there is none."""
 
-    ceiling: CeilingReading
+    ceiling: PeakReading
     ceiling_unchecked: str
 
 
@@ -212,7 +197,7 @@ def _vocab(module: Any) -> int | None:
     return getattr(embedding, "num_embeddings", None)
 
 
-def ceiling(reading: Peak, device: str, job: Mapping[str, JsonValue], rows: int) -> CeilingReading:
+def ceiling(reading: PeakReading, device: str, job: Mapping[str, JsonValue], rows: int) -> PeakReading:
     """The worst-case steps' peak against the limit, as the built-in runner records it; a TrialFault
     `oom` where it does not fit. `job`: the trial spec's job (job.json, checked against its schema)."""
     from ...engine.train import TrialFault
@@ -222,7 +207,7 @@ def ceiling(reading: Peak, device: str, job: Mapping[str, JsonValue], rows: int)
     mem_limit, margin, max_len = job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN), job["max_len"]
     assert (mem_limit is None or isinstance(mem_limit, int)) and isinstance(margin, (int, float)), "job.json's types"
     limit = memory.limit_bytes(memory_total(device), mem_limit, margin)
-    found: CeilingReading = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit),
+    found: PeakReading = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit),
                              "shape": f"{rows} x {max_len} tokens"}
     if not found["fits"]:
         raise TrialFault("oom", f"the worst-case batch ({found['shape']}) peaks at {reading['bytes'] / 2**30:.2f} GiB, "
