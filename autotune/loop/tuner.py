@@ -62,7 +62,9 @@ class Tuner:
 
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
                  inject: dict[int, str] | None = None, fresh: bool = False) -> None:
-        job = completed(job)   # a Job built in Python gets what its words would (workloads/jobs.py)
+        # A Job built in Python gets the defaults its words would (workloads/jobs.py); autotune.tune has
+        # checked it as the words are, and a resumed or replayed job was checked when it was made.
+        job = completed(job, check=False)
         self.job, self.executor, self.display = job, executor, display
         self.folder = RunFolder(root, job.run)
         self.kb = kb_folder(job.kb)

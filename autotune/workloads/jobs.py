@@ -52,7 +52,7 @@ class Kind:
     spec_fields: Callable[[SpecInputs], JsonObject]
     # A Job built in Python (`autotune.Job(...)`) checked and given the defaults its words would get;
     # a Job its words built passes through unchanged.
-    complete: Callable[[Job], Job] = lambda job: job
+    complete: Callable[[Job, bool], Job] = lambda job, check=True: job
 
 
 # First match wins; the HF model is the default.
@@ -67,9 +67,10 @@ KINDS: tuple[Kind, ...] = (
 _WITH = {"script": "script=PATH; add script=your_training_script.py", "mlp": "model=mlp; add model=mlp or drop them"}
 
 
-def completed(job: Job) -> Job:
-    """`job` as its kind completes it: checked as its words would be, with their defaults filled in."""
-    return kind_of(job).complete(job)
+def completed(job: Job, check: bool = True) -> Job:
+    """`job` as its kind completes it: checked as its words would be, with their defaults filled in
+    (`check`: also the names that read a file or the hub, as `autotune.tune` does)."""
+    return kind_of(job).complete(job, check)
 
 
 def kind_of(job: Job) -> Kind:

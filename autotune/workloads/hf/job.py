@@ -40,12 +40,15 @@ def hf_job(run: str, pairs: dict[str, str], smoke: bool, place: object = None) -
                realize=parse_flag("realize", pairs.get("realize", "true")), start=start_knobs(pairs, effective_batch)))
 
 
-def complete(job: Job) -> Job:
+def complete(job: Job, check: bool = True) -> Job:
     """A Hugging Face job as built in Python (`autotune.Job(...)`), checked as its words are and with
     the defaults they get: the model and dataset names, the weights (a preset has none to load), a
-    smoke run's time budget. A job built from words passes through unchanged."""
-    check_model(job.model)
-    check_dataset(job.dataset)
+    smoke run's time budget. A job built from words passes through unchanged. `check`: look at the
+    model and dataset names (a local dataset must exist); a stored job read back (a resume, a replayed
+    benchmark table) was checked when it was made, and its file may have moved since."""
+    if check:
+        check_model(job.model)
+        check_dataset(job.dataset)
     filled: dict[str, object] = {}
     if not job.weights:
         filled["weights"] = "random" if job.model in PRESETS else "pretrained"

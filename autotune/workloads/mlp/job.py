@@ -49,10 +49,10 @@ def mlp_job(run: str, pairs: dict[str, str], smoke: bool, place: object = None) 
                start=start_knobs(pairs, effective_batch)))
 
 
-def complete(job: Job) -> Job:
+def complete(job: Job, check: bool = True) -> Job:
     """An MLP job as built in Python (`autotune.Job(model="mlp", ...)`), checked as its words are: what
     the framework-free loop cannot do is refused, its shape and a smoke run's budget get their defaults.
-    A job built from words passes through unchanged."""
+    A job built from words passes through unchanged. `check`: unused (nothing here reads a file)."""
     for wrong, why in ((job.method != "sft", f"method={job.method}: LoRA adapts a pretrained transformer; the MLP "
                         "trains all its weights"),
                        (job.weights == "pretrained", "weights=pretrained: the MLP starts from seeded random weights"),
