@@ -9,7 +9,8 @@ from __future__ import annotations
 import resource
 import sys
 from pathlib import Path
-from typing import NotRequired, TypedDict
+
+from ..config.messages import PeakReading   # a measurement's `peak_memory` (schemas/measurement.json)
 
 # Share of the memory limit held back by default: a long run must not OOM hours in on fragmentation
 # or a rare long batch (Lightning's batch-size finder lesson: fixes were a margin and a max value).
@@ -37,14 +38,6 @@ def _rss_peak_bytes() -> int:
         pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)  # macOS reports bytes, Linux KiB
-
-
-class PeakReading(TypedDict):
-    """A measurement's `peak_memory` (schemas/measurement.json): what the card or process held at most."""
-
-    kind: str                       # cuda_allocator | cpu_peak_rss
-    bytes: int
-    allocated_bytes: NotRequired[int]   # CUDA: what tensors used, of the reserved `bytes`
 
 
 def read_peak(device: str) -> PeakReading:

@@ -31,11 +31,11 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ...config.messages import PARITY_STEPS, FrameReply, TrialSpec, thawed
+from ...config.messages import PARITY_STEPS, FrameReply, PeakReading, TrialSpec, thawed
 from ...engine import common
 from ...engine.common import Reply
 from .losses import LossReader, patch_cross_entropy
-from .rows import Census, row_key, watch_loaders
+from .rows import Census, ParityRows, row_key, watch_loaders
 from .stages import autocast_dtype, synchronize, timed_backward
 from .workdir import _edited, as_main, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
 
@@ -81,8 +81,8 @@ class Meter:
         self.end = self.profile_end + (WORST_STEPS if worst_steps and max_len else 0)
         self.phases = Phases(synchronize)
         self.worst = WorstCase(max_len)
-        self.measured_peak: dict[str, Any] | None = None
-        self.worst_peak: dict[str, Any] | None = None
+        self.measured_peak: PeakReading | None = None
+        self.worst_peak: PeakReading | None = None
         self.worst_narrowest: int | None = None   # the narrowest model call of the worst-case steps
         self.root: Any = None
         self.depth = 0
@@ -241,7 +241,7 @@ class Meter:
         return self.reader.parity
 
     @property
-    def parity_rows(self) -> dict[str, Any] | None:
+    def parity_rows(self) -> ParityRows | None:
         """The per-row losses by row key with the rows every step trained (rows.py), for parity by row."""
         # The worst-case steps run autotune's rows, not the script's: they are not among the steps compared.
         steps = min(len(self.ends), self.profile_end)
@@ -352,8 +352,9 @@ def trial(spec: TrialSpec) -> Reply:
     measurement.update(worst_case(meter, device, spec.job.to_dict()))
     from .checks import mismatch, observed
 
-    measurement["observed"] = observed(meter)
-    wrong = mismatch(own.get("expect", {}), measurement["observed"], spec.job.max_len)
+    seen = observed(meter)
+    measurement["observed"] = seen
+    wrong = mismatch(own.get("expect", {}), seen, spec.job.max_len)
     if wrong:
         raise TrialFault("invalid", wrong, {"measurement_rejected": measurement})
     if mfu is not None and mfu > 1:
