@@ -119,9 +119,12 @@ def tune(job: Job, executor: Executor | None = None, runs_dir: str | Path = "run
     Bad input raises JobError, other failures AutotuneError; a failing trial is a state in the records."""
     from .executors import get_executor
     from .loop.callbacks import CallbackTracker
+    from .workloads.jobs import completed
     from .loop.tuner import Tuner
     from .output.events import Events
 
+    if not resume:
+        job = completed(job)   # a Job built in Python is checked as its words would be (JobError)
     runs = Path(runs_dir)
     if not resume:
         from .config.inputs import check_writable_folder

@@ -24,6 +24,7 @@ import torch
 from transformers import TrainerCallback
 
 from autotune.workloads.jobs import job_from_words
+from autotune.config.job import Job
 from autotune.config.knobs import Knobs
 from autotune.probes.timing import relative_spread
 from autotune.engine.data import synthetic_rows
@@ -44,23 +45,23 @@ class Wall(TrainerCallback):
         self.seconds = time.perf_counter() - self.began
 
 
-def one_run(job: dict, knobs: dict, config, rows: list[list[int]], measure_steps: int, instrumented: bool) -> float:
+def one_run(job: Job, knobs: Knobs, config, rows: list[list[int]], measure_steps: int, instrumented: bool) -> float:
     plan = text_plan(rows, knobs, job, measure_steps, warmup_max=0, profile_steps=0)
     steps = len(plan.parity) + len(plan.measured)
     wall = Wall()
     callbacks: list = [wall]
     sampler = None
     if instrumented:
-        callbacks.insert(0, Instruments(plan, step_shape(rows, knobs["padding"], job["max_len"]), lambda: None))
+        callbacks.insert(0, Instruments(plan, step_shape(rows, knobs.padding, job.max_len), lambda: None))
         sampler = PlanSampler(plan)
     model = build_model(job, knobs, "cpu", config, for_trainer=True)
     with tempfile.TemporaryDirectory() as out:
-        trainer = make_trainer(model, rows[:steps * job["effective_batch"]], sft_config(knobs, job, "cpu", out, steps),
+        trainer = make_trainer(model, rows[:steps * job.effective_batch], sft_config(knobs, job, "cpu", out, steps),
                                job, 0, callbacks, sampler)
         trainer.train()
     if instrumented:
         log = callbacks[0].close()
-        assert len(log.times) == measure_steps and len(log.parity["step1"]) == job["effective_batch"]
+        assert len(log.times) == measure_steps and len(log.parity["step1"]) == job.effective_batch
     return wall.seconds
 
 
@@ -70,12 +71,10 @@ def main() -> None:
     parser.add_argument("--measure-steps", type=int, default=6)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    job_obj, _ = job_from_words("bench", ["smoke", "max_len=256", "padding=padding_free",
-                                          "per_device_train_batch_size=4"])
-    job = job_obj.to_dict()
-    knobs = Knobs.from_dict(job["start"]).to_dict()
+    job, _ = job_from_words("bench", ["smoke", "max_len=256", "padding=padding_free", "per_device_train_batch_size=4"])
+    knobs = job.start
     config, _ = resolve_config(job)
-    rows = synthetic_rows(job["effective_batch"] * (2 + args.measure_steps), job["max_len"], config.vocab_size, 0)
+    rows = synthetic_rows(job.effective_batch * (2 + args.measure_steps), job.max_len, config.vocab_size, 0)
     one_run(job, knobs, config, rows, args.measure_steps, True)  # warm-up: allocator, first-call costs
     bare, instrumented = [], []
     for repeat in range(args.repeats):
@@ -84,9 +83,9 @@ def main() -> None:
             seconds = one_run(job, knobs, config, rows, args.measure_steps, instrumented_run)
             (instrumented if instrumented_run else bare).append(seconds)
     ratio = statistics.median(i / b for b, i in zip(bare, instrumented))
-    print(f"model {config.model_type}, {job['effective_batch']} rows/step, max_len {job['max_len']}, "
-          f"{2 + args.measure_steps} steps a run, 1 CPU thread, {args.repeats} repeats, knobs {knobs['padding']} "
-          f"x{knobs['per_device_train_batch_size']}")
+    print(f"model {config.model_type}, {job.effective_batch} rows/step, max_len {job.max_len}, "
+          f"{2 + args.measure_steps} steps a run, 1 CPU thread, {args.repeats} repeats, knobs {knobs.padding} "
+          f"x{knobs.per_device_train_batch_size}")
     print(f"bare SFTTrainer     median {statistics.median(bare):7.3f} s   runs {[round(x, 3) for x in bare]}")
     print(f"with instruments    median {statistics.median(instrumented):7.3f} s   runs {[round(x, 3) for x in instrumented]}")
     print(f"instrument overhead: median of paired instrumented/bare = {ratio:.4f} ({ratio - 1:+.2%}; target under +2%)")

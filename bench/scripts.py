@@ -11,6 +11,8 @@ is not committed: TRL's installed sft.py, a tiny model folder, data files. Per c
    trial through the runner and executor `tune` uses (bench.record's instrument).
 3. Rounds of interleaved runs of the baseline, the grid's three fastest and autotune's pick; each
    config's median over the rounds, divided by the baseline's median, is its gain.
+Both measure as the tune does: a run whose measured steps drew other rows than the baseline's (length
+grouping in a script's own sampler) is compared per real token, at the baseline window's work.
 It prints per case autotune's gain, the hand-measured best gain and their ratio (target >= 0.7) and
 writes bench/results/scripts.json unless --no-save.
 """
@@ -103,6 +105,7 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
     from autotune import job_from_words
     from autotune.config.knobs import Knobs
     from autotune.executors import LocalExecutor
+    from autotune.loop.measuring import at_baseline_work
     from autotune.loop.tuner import Tuner
 
     from .workloads import configs
@@ -122,9 +125,13 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             grid = list(configs(case.grid, job.start, frame["device"], job.effective_batch))
             if not grid:
                 raise ValueError(f"{case.name}: no config of the grid can run here")
+            # The tune's instrument: a run whose measured steps drew other rows than the baseline's (length
+            # grouping) is compared per real token, at the baseline window's work (Measurement.at_work).
+            first = tuner.measure(job.start, 0, "reference")
+            work = first.measured().window_tokens if first.state == "complete" else None
             once = []
             for index, knobs in enumerate(grid, 1):
-                result = tuner.measure(knobs, index, "grid", ceiling=False)
+                result = at_baseline_work(tuner.measure(knobs, index, "grid", ceiling=False), work, True)
                 speed = result.measured().samples_per_s if result.state == "complete" else None
                 once.append({"knobs": case.held(knobs.to_dict()), "state": result.state, "samples_per_s": speed,
                              **({} if speed else {"reason": result.reason[:200]})})
@@ -136,7 +143,7 @@ def by_hand(case: Case, work: Path, picked: dict[str, Any], rounds: int) -> dict
             failed: dict[str, list[str]] = {}
             for _ in range(rounds):
                 for label, knobs in chosen.items():
-                    result = tuner.measure(knobs, 1, label)
+                    result = at_baseline_work(tuner.measure(knobs, 1, label), work, True)
                     if result.state == "complete":
                         runs[label].append(result.measured().samples_per_s)
                     else:

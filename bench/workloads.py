@@ -25,6 +25,15 @@ CPU_GRID: dict[str, tuple] = {
     "optim": ("adamw_torch", "adamw_torch_fused"),
     "group_by_length": (False, True),
 }
+# The framework-free MLP (no rows of a length, no attention): the knobs of any PyTorch loop, without
+# torch.compile (a compile per config would take the CPU's table from minutes to an hour). A CPU without
+# bf16 or with no core to spare for loader workers records what it can run: the optimizer and the split.
+MLP_GRID: dict[str, tuple] = {
+    "per_device_train_batch_size": (1, 2, 4, 8, 16, 32, 64),   # every divisor: autotune climbs one at a time
+    "precision": ("fp32", "bf16"),
+    "dataloader_num_workers": (0, 2),
+    "optim": ("adamw_torch", "adamw_torch_fused"),
+}
 # Fewer knobs on the GPU: the whole table must be recorded within 8 minutes of one GPU. Every value of
 # a knob in a grid is in it (autotune, held to the grid's knobs with `only=`, may try any of them).
 GPU_GRID: dict[str, tuple] = {
@@ -71,6 +80,9 @@ CPU_WORKLOADS = (
     # LoRA on the same kind of data: far fewer trainable parameters, so the optimizer costs little.
     Workload("cpu-lora", ("model=tiny-qwen2", "dataset=synthetic", "max_len=256", "effective_batch=8",
                           "method=lora")),
+    # Another workload than a transformer's, so no rule is tuned to three tables of one model.
+    Workload("cpu-mlp", ("model=mlp", "max_len=256", "effective_batch=64", "mlp_width=512", "mlp_depth=4",
+                         "mlp_rows=4096"), grid=dict(MLP_GRID)),
 )
 GPU_WORKLOADS = (
     Workload("gpu-long-tail", ("model=qwen2.5-0.5b-shape", "dataset=synthetic", "max_len=1024",

@@ -42,6 +42,31 @@ def test_a_job_from_a_dict_is_the_job_the_words_make(in_tmp):
         autotune.job_from_dict("r", {"model": "mlp", "fresh": True})
 
 
+def test_a_job_built_in_python_is_the_job_its_words_make(in_tmp):
+    from autotune.workloads.jobs import completed
+
+    typed = autotune.Job(run="r", model="mlp", dataset="synthetic", max_len=512, effective_batch=64, smoke=True,
+                         max_trials=3, start=autotune.Knobs(per_device_train_batch_size=8))
+    words = ["model=mlp", "smoke", "max_trials=3", "per_device_train_batch_size=8"]
+    assert completed(typed) == autotune.job_from_words("r", words)[0]
+    assert completed(typed).mlp == autotune.MlpShape(1024, 4, 8192) and completed(typed).time_budget_s == 90
+    text = autotune.Job(run="t", model="tiny-qwen2", dataset="synthetic", max_len=64, effective_batch=4, smoke=True)
+    made = autotune.job_from_words("t", ["model=tiny-qwen2", "dataset=synthetic", "max_len=64", "effective_batch=4",
+                                         "smoke"])[0]
+    assert completed(text) == made and made.weights == "random"   # a preset has no weights to load
+    # Checked as the words are, one line each.
+    with pytest.raises(autotune.JobError, match="LoRA adapts a pretrained transformer"):
+        completed(autotune.Job(run="r", model="mlp", dataset="synthetic", max_len=64, effective_batch=8, method="lora"))
+    with pytest.raises(autotune.JobError, match="attn_implementation does not apply with model=mlp"):
+        completed(autotune.Job(run="r", model="mlp", dataset="synthetic", max_len=64, effective_batch=8,
+                               start=autotune.Knobs(attn_implementation="sdpa")))
+    with pytest.raises(autotune.JobError, match="max_len=4"):
+        autotune.Job(run="r", model="mlp", dataset="synthetic", max_len=4, effective_batch=8)
+    with pytest.raises(autotune.JobError, match="does not divide effective_batch=6"):
+        autotune.Job(run="r", model="mlp", dataset="synthetic", max_len=64, effective_batch=6,
+                     start=autotune.Knobs(per_device_train_batch_size=4))
+
+
 class Recording(autotune.Callback):
     def __init__(self, fail_on_trial: bool = False) -> None:
         self.trials, self.ends, self.stops, self.fail_on_trial = [], [], [], fail_on_trial
@@ -90,7 +115,9 @@ def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, c
 
 
 def test_a_callback_that_fails_ends_the_tune_with_its_error_and_the_records_kept(in_tmp):
-    job = autotune.job_from_dict("cb", {"model": "mlp", "smoke": True, "max_trials": 2, "only": "freeze_vision_tower"})
+    # Built in Python, no key=value words: the tune checks and completes it (workloads/jobs.py `completed`).
+    job = autotune.Job(run="cb", model="mlp", dataset="synthetic", max_len=512, effective_batch=64, smoke=True,
+                       max_trials=2, only=("freeze_vision_tower",))
     callback = Recording(fail_on_trial=True)
     with pytest.raises(RuntimeError, match="the caller's callback failed"):
         autotune.tune(job, runs_dir=in_tmp / "runs", callbacks=[callback])

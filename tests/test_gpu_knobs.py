@@ -54,7 +54,7 @@ def test_the_hub_kernel_says_what_the_probe_found_and_runs_only_in_half_precisio
     assert "bf16 or fp16" in not_applicable("precision", "fp32", BF16.with_change("attn_implementation", HUB_FLASH),
                                             FULL_CUDA, 16)
     # The name the user sets is the repository, in from_pretrained and in `trl sft`'s ModelConfig alike.
-    knobs = BF16.with_change("attn_implementation", HUB_FLASH).to_dict()
+    knobs = BF16.with_change("attn_implementation", HUB_FLASH)
     assert model_init_kwargs(knobs)["attn_implementation"] == model_fields(knobs)["attn_implementation"] == HUB_FLASH
 
 
@@ -89,22 +89,22 @@ def test_numbers_changing_settings_are_opt_in_and_lora_only_settings_are_lora_on
 def test_the_knobs_map_onto_sft_config_from_pretrained_and_the_environment():
     knobs = Knobs(torch_compile=True, torch_compile_mode="max-autotune", use_liger_kernel=True,
                   activation_offloading=True, dataloader_num_workers=2, dataloader_persistent_workers=True,
-                  dataloader_prefetch_factor=4, expandable_segments=True, precision="bf16", dtype="bfloat16").to_dict()
+                  dataloader_prefetch_factor=4, expandable_segments=True, precision="bf16", dtype="bfloat16")
     fields = knob_fields(knobs, 512, 16)
     assert fields["torch_compile_mode"] == "max-autotune" and fields["use_liger_kernel"] is True
     assert fields["activation_offloading"] is True and fields["dataloader_persistent_workers"] is True
     assert fields["dataloader_prefetch_factor"] == 4
-    naive = knob_fields(Knobs().to_dict(), 512, 16)
+    naive = knob_fields(Knobs(), 512, 16)
     # Any torch_compile_mode turns compile on in TrainingArguments: unset unless compile is on.
     assert naive["torch_compile_mode"] is None and naive["dataloader_prefetch_factor"] is None
-    assert knob_fields(Knobs(torch_compile=True).to_dict(), 512, 16)["torch_compile_mode"] is None
+    assert knob_fields(Knobs(torch_compile=True), 512, 16)["torch_compile_mode"] is None
     assert model_init_kwargs(knobs)["dtype"] == "bfloat16"
-    assert model_fields(Knobs(precision="bf16", load_in_4bit=True).to_dict()) == {
+    assert model_fields(Knobs(precision="bf16", load_in_4bit=True)) == {
         "attn_implementation": "eager", "dtype": "bfloat16", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}
     assert environment(knobs) == {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     assert any("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in line for line in outside_trl(knobs))
-    assert any("convert_to_float8_training" in line for line in outside_trl({"float8_training": True}))
-    assert outside_trl(Knobs().to_dict()) == []
+    assert any("convert_to_float8_training" in line for line in outside_trl(Knobs(float8_training=True)))
+    assert outside_trl(Knobs()) == []
 
 
 def test_a_record_from_before_these_knobs_loads_with_them_off():
@@ -118,7 +118,7 @@ def test_a_record_from_before_these_knobs_loads_with_them_off():
     assert knobs.chunked_cross_entropy is False and knobs.dtype == "float32" and knobs.torch_compile_mode == "default"
     assert violation("knobs", knobs.to_dict()) is None
     # ...and a config recorded then maps to the same SFTConfig fields it did.
-    assert knob_fields(old, 512, 16)["use_liger_kernel"] is False
+    assert knob_fields(Knobs.from_dict(old), 512, 16)["use_liger_kernel"] is False
 
 
 def _parity(base_losses, candidate_losses, knobs, start):

@@ -24,6 +24,8 @@ from ..util.io import write_json_atomic
 from ..kb.beliefs import Beliefs, draw
 from ..kb.claims import Claim, Update, condition_text
 from ..kb.store import Store, repair
+from ..kb.experience import Experience
+from ..kb.rows import KbExport
 from .kb_args import folder_of as _folder
 from .kb_args import store_of as _store
 from .kb_import import kb_import
@@ -214,9 +216,10 @@ def kb_export(args: argparse.Namespace) -> int:
     try:
         store = _store(args)
         shared = Beliefs(store).export()
-        data = {"schema_version": 1, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "claims": shared["claims"], "claim_history": shared["claim_history"],
-                "runs": store.all("runs") if store else [], "trials": store.all("trials") if store else []}
+        data: KbExport = {"schema_version": 1, "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          "claims": shared["claims"], "claim_history": shared["claim_history"],
+                          "runs": Experience(store).runs() if store else [],
+                          "trials": Experience(store).trials() if store else []}
         if fd is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(path, data)

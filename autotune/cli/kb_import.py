@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Hashable, Iterator, Mapping, TypeVar, cast
 
 from ..util.errors import JobError, RecordError
 from ..config.inputs import check_not_special, check_writable_folder, read_json
 from ..kb.beliefs import Beliefs
 from ..kb.claims import Claim, Evidence, Update
+from ..config.types import JsonObject
+from ..kb.rows import KbExport
 from ..kb.store import InvalidRecordError
 from .kb_args import folder_of, store_of
 
 TABLES = ("runs", "trials", "claims", "claim_history")
+Record = TypeVar("Record", bound=Mapping[str, object])
 
 
 def plain(value: Any) -> str:
@@ -29,7 +32,7 @@ def plain(value: Any) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _read_export(path: Path) -> dict[str, Any]:
+def _read_export(path: Path) -> KbExport:
     """The export file, its shape checked before anything is written (one JobError line otherwise)."""
     check_not_special(path, "kb import")
     if not path.is_file():
@@ -67,14 +70,15 @@ def _read_export(path: Path) -> dict[str, Any]:
             raise JobError(f"kb import: {path}: {table} {field_} {plain(repr(value))[:MAX_NAME + 20]} is not plain "
                            f"printable text of at most {MAX_NAME} characters (no control or escape characters); "
                            f"nothing was written")
-    return data
+    return cast(KbExport, data)  # its shape as checked here; each record is checked again before it is written
 
 
 MAX_NAME = 200  # characters of an id or a name: enough for any id autotune makes, short enough to print
 
 
-def _names(data: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
-    """(table, field, value) of every id and name in an export: what is printed and looked up by."""
+def _names(data: JsonObject) -> Iterator[tuple[str, str, object]]:
+    """(table, field, value) of every id and name in an export: what is printed and looked up by. `data`:
+    the file as read, whose ids are not yet known to be text."""
     for claim in data.get("claims", []):
         yield "claim", "id", claim.get("id")
         if claim.get("parent") is not None:
@@ -94,7 +98,7 @@ def _names(data: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
                     yield table[:-1], field_, record[field_]
 
 
-def _updates(data: dict[str, Any], path: Path, imported: dict[str, Claim], beliefs: Beliefs) -> tuple[list[Update], int]:
+def _updates(data: KbExport, path: Path, imported: dict[str, Claim], beliefs: Beliefs) -> tuple[list[Update], int]:
     """The history events as Updates (each once), and how many speak of a claim known neither here nor there."""
     updates, keys, unknown = [], set(), 0
     for event in data.get("claim_history", []):
@@ -133,7 +137,7 @@ def _check_no_cycle(imported: dict[str, Claim], beliefs: Beliefs, path: Path) ->
             at = parent(at)
 
 
-def _new(records: list[dict[str, Any]], have: set, key: Any) -> list[dict[str, Any]]:
+def _new(records: list[Record], have: set[Hashable], key: Callable[[Record], Hashable]) -> list[Record]:
     """The records whose key is in neither `have` nor an earlier record of the list."""
     fresh = []
     for record in records:

@@ -11,15 +11,19 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .. import __version__
 from ..util.errors import AutotuneError, JobError
 from ..util.io import RESUME_HINT, DiskError
-from ..config.job import JOB_KEYS
+from ..config.job import JOB_KEYS, Job
+from ..config.types import JsonObject
 from ..config.knobs import CATALOG
 from ..config.presets import DEMO_PRESET
 from ..output.tune_result import EXIT_CODES, NO_GAIN_EXIT
+
+if TYPE_CHECKING:  # the loop is imported when a tune starts, not for `--help`
+    from ..loop.outcome import Outcome
 
 TUNE_EPILOG = "keys:\n" + "\n".join(f"  {k:<16} {v}" for k, v in JOB_KEYS.items()) + (
     "\n\nstarting config (the baseline; default is the naive one: micro-batch 1, pad to max_len, fp32, eager):\n"
@@ -88,14 +92,15 @@ def tune(run: str, words: list[str], runs_dir: str, as_json: bool = False, fail_
         from ..output.tune_result import result, text
 
         print(text(result(job, outcome, config)), file=stdout, flush=True)
-    if fail_if_no_gain and not any(r.get("decision") == "keep" for r in outcome.records):
+    if fail_if_no_gain and not any(r.decision == "keep" for r in outcome.records):
         _say(f"no change was kept: the baseline is the best config (--fail-if-no-gain: exit {NO_GAIN_EXIT})")
         return NO_GAIN_EXIT
     return 0
 
 
-def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Any, Any, dict[str, Any]]:
-    """The job from the words (or from the run folder, for resume and review), then the library's tune."""
+def _tune_or_review(run: str, words: list[str], runs_dir: str) -> tuple[Job, Outcome, JsonObject]:
+    """The job from the words (or from the run folder, for resume and review), then the library's tune;
+    with the run's best_config.json."""
     from ..api import job_from_words, tune as tune_job
 
     again = [w for w in words if w in ("resume", "review")]
@@ -137,7 +142,7 @@ def _console_display(job: Any) -> Iterator[None]:
         LOGGER.propagate = saved[1]
 
 
-def review(run: str, job: Any, runs_dir: str) -> tuple[Any, dict[str, Any]]:
+def review(run: str, job: Job, runs_dir: str) -> tuple[Outcome, JsonObject]:
     """The report, results and best config of a run written again from its folder; no device is used."""
     from ..loop.resume import review as rewrite
 

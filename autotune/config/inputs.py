@@ -251,7 +251,7 @@ def _check_unique_keys(root: Any, label: str) -> None:
         if isinstance(node, SequenceNode):
             stack.extend(node.value)
         elif isinstance(node, MappingNode):
-            keys: dict[str, Any] = {}
+            keys: dict[str, ScalarNode] = {}
             for key, value in node.value:
                 if isinstance(key, ScalarNode) and key.value != "<<":
                     if key.value in keys:

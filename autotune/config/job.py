@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from ..util.errors import JobError
 from .inputs import PATH_KEYS, check_path, check_word
 from .knobs import CATALOG, Knobs
 from .job_keys import JOB_KEYS, MLP_MODEL
 from .presets import PRESETS
+from .types import JsonObject
 
 MODES = ("smoke", "resume", "review", "fresh")
 # A smoke run checks a setup in minutes: without `time=`, this is its budget (a kind may set its own).
@@ -102,7 +103,7 @@ class Job:
     max_trials: int | None = None
     time_budget_s: int | None = None
     kb: str = ""
-    weights: str = "pretrained"
+    weights: str = ""                # "": the kind's default (random for a preset or the MLP, else pretrained)
     seed: int = 0
     mem_limit: int | None = None
     mem_margin: float = 0.1
@@ -133,14 +134,14 @@ class Job:
             raise JobError(f"effective_batch={self.effective_batch}: expected {JOB_KEYS['effective_batch']}")
         if self.method not in ("sft", "lora"):
             raise JobError(f"method={self.method!r}: expected {JOB_KEYS['method']}")
-        if self.weights not in ("pretrained", "random"):
+        if self.weights not in ("", "pretrained", "random"):
             raise JobError(f"weights={self.weights!r}: expected {JOB_KEYS['weights']}")
         if not 0 <= self.mem_margin <= 0.9:
             raise JobError(f"mem_margin={self.mem_margin}: expected {JOB_KEYS['mem_margin']}")
         if not 0 <= self.min_gain <= 0.5:
             raise JobError(f"min_gain={self.min_gain}: expected {JOB_KEYS['min_gain']}")
-        if (self.mlp is not None) != self.is_mlp:
-            raise JobError("model=mlp and its shape (mlp_width, mlp_depth, mlp_rows) go together")
+        if self.mlp is not None and not self.is_mlp:
+            raise JobError("mlp_width, mlp_depth and mlp_rows go with model=mlp; add model=mlp or drop them")
         micro = self.start.per_device_train_batch_size
         if self.effective_batch % micro:
             raise JobError(
@@ -155,9 +156,9 @@ class Job:
     def is_mlp(self) -> bool:
         return self.model == MLP_MODEL
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The stored form: flat, one key per job key (job.json)."""
-        data: dict[str, Any] = {}
+        data: JsonObject = {}
         for item in dataclasses.fields(self):
             value = getattr(self, item.name)
             if item.name in _GROUPS:
@@ -171,7 +172,7 @@ class Job:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Job":
+    def from_dict(cls, data: Mapping[str, Any]) -> "Job":
         values = {k: v for k, v in data.items() if k != "schema_version"}
         for name, group in _GROUPS.items():
             found = {inner: values.pop(flat) for inner, flat in _FLAT[name].items() if flat in values}

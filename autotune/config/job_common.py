@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from ..util.errors import JobError
 from .inputs import check_digits, check_not_special, check_writable_folder
@@ -36,7 +36,29 @@ def start_knobs(pairs: dict[str, str], effective_batch: int) -> Knobs:
     return Knobs(**start)
 
 
-def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any]:
+class CommonFields(TypedDict):
+    """The Job fields every kind of job takes (`Job(**fields, model=...)`)."""
+
+    run: str
+    host: str
+    gpu: str
+    ssh: SshSettings
+    max_trials: int | None
+    time_budget_s: int | None
+    kb: str
+    seed: int
+    mem_limit: int | None
+    mem_margin: float
+    min_gain: float
+    smoke: bool
+    only: tuple[str, ...]
+    llm: LlmProposer | None
+    allow_numerics_change: bool
+    strict_parity: bool
+    tracking: Tracking
+
+
+def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> CommonFields:
     """The keys every job takes, whatever it trains."""
     host = pairs.get("host", "local")
     port = host.rpartition(":")[2] if ":" in host else "22"
@@ -61,7 +83,7 @@ def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any
         raise JobError(f"ssh_config={pairs['ssh_config']!r}: no such file; expected {JOB_KEYS['ssh_config']}")
     if "kb" in pairs:  # the tune writes there: a file or an unwritable folder is refused before the run folder
         check_writable_folder(Path(pairs["kb"]), f"kb={pairs['kb']}")
-    return dict(
+    return CommonFields(
         run=run, host=host, gpu=pairs.get("gpu", ""),
         ssh=SshSettings(key=str(Path(pairs["ssh_key"]).expanduser()) if "ssh_key" in pairs else "",
                         trust_new=trust == "true", python=pairs.get("ssh_python", "python3"),
@@ -71,7 +93,7 @@ def common_fields(run: str, pairs: dict[str, str], smoke: bool) -> dict[str, Any
         kb=pairs.get("kb", ""), seed=whole("seed", pairs.get("seed", "0"), 0),
         mem_limit=parse_size(pairs["mem_limit"]) if "mem_limit" in pairs else None,
         mem_margin=parse_share(pairs.get("mem_margin", "0.1")), min_gain=parse_share(pairs.get("min_gain", "0.03"), "min_gain"),
-        smoke=smoke, only=only_knobs(pairs), **llm_keys(pairs),
+        smoke=smoke, only=only_knobs(pairs), llm=llm_proposer(pairs),
         # Any loop can be offered an 8-bit optimizer: the opt-in is every job's (the tuner's frame applies it).
         allow_numerics_change=parse_flag("allow_numerics_change", pairs.get("allow_numerics_change", "false")),
         strict_parity=parse_flag("strict_parity", pairs.get("strict_parity", "false")),
@@ -89,7 +111,7 @@ def only_knobs(pairs: dict[str, str]) -> tuple[str, ...]:
     return names
 
 
-def llm_keys(pairs: dict[str, str]) -> dict[str, LlmProposer | None]:
+def llm_proposer(pairs: dict[str, str]) -> LlmProposer | None:
     model = pairs.get("llm", "").strip()
     if "llm_timeout" in pairs and not model:
         raise JobError("llm_timeout goes with llm=MODEL")
@@ -100,7 +122,7 @@ def llm_keys(pairs: dict[str, str]) -> dict[str, LlmProposer | None]:
     except JobError:
         raise JobError(f"llm_timeout={pairs['llm_timeout']!r}: expected {JOB_KEYS['llm_timeout']}, "
                        f"{range_text('llm_timeout')}") from None
-    return {"llm": LlmProposer(model, timeout) if model else None}
+    return LlmProposer(model, timeout) if model else None
 
 
 def whole_knob(key: str, text: str) -> int:

@@ -8,13 +8,20 @@ Also the reverse: a Job as the mapping a run folder's `job.yaml` holds, which re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ..util.errors import JobError
 from .inputs import check_home, check_not_special, check_word, parse_yaml, read_text
 from .job_keys import JOB_KEYS, MLP_MODEL
 from .job_values import is_ssh, redact_args, redact_uri
 from .knobs import CATALOG, NAIVE_START, parse_knob_value
+from .types import JsonObject
+
+if TYPE_CHECKING:
+    from .job import Job
+
+# The files read here are the user's own (a job file, a `trl sft` config, keyword arguments given in
+# Python): open mappings of YAML values, `Mapping[str, object]`, each value checked where it is read.
 
 FILE_KEYS = ("config", "from")
 # Modes a job file may switch on (`smoke: true`); resume and review name a run folder, not a job.
@@ -31,7 +38,7 @@ DATA_DIR = "data"
 DATA_FILE = "train.jsonl"
 
 
-def _scalar(label: str, key: str, value: Any) -> str:
+def _scalar(label: str, key: str, value: object) -> str:
     """One YAML value as the text of its word: true/false, a number, a string, a list comma-joined."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -45,7 +52,7 @@ def _scalar(label: str, key: str, value: Any) -> str:
     raise JobError(f"{label}: {key}: {str(value)[:60]!r} is not one value; expected {JOB_KEYS.get(key, 'a value')}")
 
 
-def _mapping(value: str, label: str, what: str) -> dict[str, Any]:
+def _mapping(value: str, label: str, what: str) -> dict[str, object]:
     """A YAML file holding one mapping, read through the bounded reader (aliases, depth, size)."""
     check_word(f"{label}={value}")
     check_home(label, value)
@@ -65,10 +72,11 @@ def read_job_file(value: str) -> tuple[dict[str, str], list[str]]:
     return mapping_pairs(_mapping(value, "config", "job keys"), f"config={value}", Path(value).expanduser().parent)
 
 
-def mapping_pairs(data: Mapping[str, Any], label: str, base: Path) -> tuple[dict[str, str], list[str]]:
+def mapping_pairs(data: Mapping[str, object], label: str, base: Path) -> tuple[dict[str, str], list[str]]:
     """A job file's mapping (or a dict given in Python) as word texts, and the modes it switches on;
     a relative from= is read from `base` (a job file's folder)."""
-    pairs, modes = {}, []
+    pairs: dict[str, str] = {}
+    modes: list[str] = []
     accepted = [k for k in JOB_KEYS if k != "config"] + list(CATALOG) + [ACCUMULATION] + list(FILE_MODES)
     for key, raw in data.items():
         if key not in accepted:
@@ -88,7 +96,7 @@ def mapping_pairs(data: Mapping[str, Any], label: str, base: Path) -> tuple[dict
     return pairs, modes
 
 
-def words_of(keys: Mapping[str, Any], label: str) -> list[str]:
+def words_of(keys: Mapping[str, object], label: str) -> list[str]:
     """Keyword arguments given in Python as the `key=value` words a command takes (values as a job file's)."""
     return [f"{key}={_scalar(label, key, value)}" for key, value in keys.items()]
 
@@ -107,7 +115,7 @@ def _run_dataset(name: str) -> str:
     return name
 
 
-def _dataset(data: Mapping[str, Any], label: str) -> str | None:
+def _dataset(data: Mapping[str, object], label: str) -> str | None:
     """`trl sft`'s dataset as a dataset= value: a name (with its config), or the one mixture entry."""
     if data.get("dataset_name"):
         name = _run_dataset(str(data["dataset_name"]))
@@ -128,7 +136,7 @@ def _dataset(data: Mapping[str, Any], label: str) -> str | None:
     return f"{entry['path']}:{entry['name']}" if entry.get("name") else str(entry["path"])
 
 
-def _whole(label: str, key: str, value: Any) -> int:
+def _whole(label: str, key: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise JobError(f"{label}: {key}: {value!r}; expected a whole number >= 1")
     return value
@@ -162,9 +170,10 @@ def read_trl_config(value: str) -> dict[str, str]:
     return pairs
 
 
-def _knobs(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The knobs a `trl sft` file names, under the catalog's names (trl_args.py maps the other way)."""
-    knobs: dict[str, Any] = {}
+def _knobs(data: Mapping[str, object]) -> dict[str, object]:
+    """The knobs a `trl sft` file names, under the catalog's names (trl_args.py maps the other way); the
+    values as the file gives them, checked by the caller."""
+    knobs: dict[str, object] = {}
     precisions = [name for name in ("bf16", "fp16", "tf32") if data.get(name) is True]
     if precisions:  # bf16 with tf32 matmuls trains in bf16: the autocast is what the knob names
         knobs["precision"] = precisions[0]
@@ -185,7 +194,8 @@ def _knobs(data: Mapping[str, Any]) -> dict[str, Any]:
         knobs["torch_compile"] = True
     if data.get("dataloader_prefetch_factor"):
         knobs["dataloader_prefetch_factor"] = data["dataloader_prefetch_factor"]
-    init: dict[str, Any] = data["model_init_kwargs"] if isinstance(data.get("model_init_kwargs"), dict) else {}
+    given = data.get("model_init_kwargs")
+    init: Mapping[str, object] = given if isinstance(given, dict) else {}
     dtype = init.get("dtype") or data.get("dtype")
     if dtype in ("float32", "bfloat16") and not data.get("load_in_4bit"):
         knobs["dtype"] = dtype
@@ -241,12 +251,12 @@ def expand(words: list[str]) -> list[str]:
             + [mode for mode in modes if mode not in rest] + rest)
 
 
-def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
+def job_mapping(job: "Job", shared: bool = False) -> JsonObject:
     """The keys of `job` as a job file: `autotune tune RUN2 config=THIS` builds the same job. A password in
     the mlflow= URI is *** (MLFLOW_TRACKING_PASSWORD holds it); `shared` (what the MLflow store gets) hides
     the values of credential flags in script_args too, which a rerun from the run folder still needs."""
     script = job.script is not None
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if job.script is not None:
         args = redact_args(job.script.args) if shared else job.script.args
         out.update(script=job.script.path, script_configs=list(job.script.configs), script_args=args,
@@ -281,7 +291,7 @@ def job_mapping(job: Any, shared: bool = False) -> dict[str, Any]:
     return out
 
 
-def job_yaml(job: Any, shared: bool = False) -> str:
+def job_yaml(job: "Job", shared: bool = False) -> str:
     import yaml
 
     return str(f"# autotune run {job.run}: the job as it ran; rerun it with\n"

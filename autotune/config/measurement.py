@@ -113,6 +113,43 @@ class Measurement:
             _checked("measurement", out, "a measurement")
         return out
 
+    @property
+    def window_tokens(self) -> int | None:
+        """The real (unpadded) tokens of the measured steps, where the runner counted them."""
+        tokens = self.rest.get("real_tokens_per_step")
+        if not isinstance(tokens, list) or not tokens or not all(isinstance(t, (int, float)) for t in tokens):
+            return None
+        total = int(sum(tokens))
+        return total or None
+
+    def at_work(self, reference_tokens: int | None) -> "Measurement":
+        """This measurement at the work of a reference window: its step times scaled by how many real
+        tokens its measured steps trained against the reference's (`reference_tokens`).
+
+        A user's script draws its own rows: where a setting changes which rows its measured steps see
+        (length grouping, a sampler's order), rows per second over that window mostly says which rows
+        landed there (a window of short rows looks fast). Time per real token does not. Where the window
+        trained the reference's tokens (the same rows, in any split), the measurement is returned as it
+        is, so every other comparison stays exactly what it was. The raw figures stay in `work_normalized`."""
+        own = self.window_tokens
+        if not reference_tokens or not own or own == reference_tokens:
+            return self
+        from dataclasses import replace
+
+        factor = own / reference_tokens  # over 1: this window trained more tokens than the reference's
+        note = {"window_tokens": own, "reference_tokens": reference_tokens, "factor": round(factor, 6),
+                "raw_samples_per_s": self.samples_per_s}
+        return replace(self, samples_per_s=self.samples_per_s * factor,
+                       step_times_s=tuple(t / factor for t in self.step_times_s),
+                       rest={**self.rest, "work_normalized": note})
+
+    @property
+    def work_factor(self) -> float | None:
+        """How many times the reference's real tokens this window trained, where `at_work` scaled it."""
+        note = self.rest.get("work_normalized")
+        factor = note.get("factor") if isinstance(note, dict) else None
+        return float(factor) if isinstance(factor, (int, float)) else None
+
     def placed(self, placement: dict[str, str] | None) -> "Measurement":
         """This measurement with the card it ran on (an executor with several GPUs says which)."""
         from dataclasses import replace

@@ -19,15 +19,18 @@ import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict, Union
 
-from ..util.errors import RecordError
+from ..util.errors import JobError, RecordError
 from ..util.io import write_json_atomic
 from ..schemas import validate, violation
+from .job import Job
+from .knobs import Knobs
 from .measurement import Measurement
-from .types import JsonObject
+from .types import Device, JsonObject
 
-__all__ = ["Measurement", "RunResult", "TrialSpec", "read_result", "rejected", "spec_problem", "write_spec"]
+__all__ = ["DataFacts", "FrameFacts", "FrameReply", "Measurement", "MeasurementDoc", "ModelFacts", "PeakReading", "ProbeJob", "ProbeKnobs", "RunResult", "TrialReply",
+           "TrialSpec", "read_result", "rejected", "spec_problem", "write_spec"]
 
 SCHEMA_VERSION = 1
 # Optimizer steps whose per-row losses are compared with the baseline's (parity), before any other step.
@@ -76,13 +79,47 @@ def _freeze_fields(message: Any) -> None:
 
 
 @dataclass(frozen=True)
+class ProbeJob:
+    """The part of a job a user's script's probe or parse run carries (kind probe/parse: script/probe.py,
+    script/parsed.py): what its hooks read. Its `max_len` is None (it runs no worst-case steps), where a
+    Job's is the user's."""
+
+    seed: int = 0
+    smoke: bool = False
+    max_len: int | None = None
+
+    def to_dict(self) -> JsonObject:
+        return {"seed": self.seed, "smoke": self.smoke}
+
+
+@dataclass(frozen=True)
+class ProbeKnobs:
+    """The knobs a probe or parse run carries: the precision its hooks take MFU against."""
+
+    precision: str
+
+    def to_dict(self) -> JsonObject:
+        return {"precision": self.precision}
+
+
+# The kinds of run whose spec holds a whole Job and Knobs (a probe's and a parse's hold a part).
+WHOLE_KINDS = ("frame", "trial")
+# A whole configuration, or a probe's part of one. (Knobs is built by make_dataclass: Any to mypy.)
+SpecKnobs = Union[Knobs, ProbeKnobs]
+
+
+@dataclass(frozen=True)
 class TrialSpec:
-    """All a runner reads: the job, the knobs, the shared inputs and the step budget of one run."""
+    """All a runner reads: the job, the knobs, the shared inputs and the step budget of one run.
+
+    The child reads it typed (`from_dict`): `job` a `Job` and `knobs` a `Knobs` for a frame or a trial,
+    a `ProbeJob` and `ProbeKnobs` for a script's probe or parse run; `to_dict` gives back the JSON the
+    parent wrote (loop/trial_spec.py builds it with `Job.to_dict` and `Knobs.to_dict`)."""
 
     kind: str
     runner: str
-    job: Mapping[str, Any]
-    knobs: Mapping[str, Any]
+    job: Job | ProbeJob
+    knobs: SpecKnobs
     measure_steps: int
     warmup_max: int
     ceiling: bool = False
@@ -106,20 +143,177 @@ class TrialSpec:
         _freeze_fields(self)
         validate("trial_spec", self.to_dict(), "trial spec")
 
+    @property
+    def whole_job(self) -> Job:
+        """The job of a frame or a trial (the built-in runners' kinds); a probe's part of one is a bug here."""
+        if not isinstance(self.job, Job):
+            raise RecordError(f"a {self.kind} spec carries only a part of the job")
+        return self.job
+
+    @property
+    def whole_knobs(self) -> Knobs:
+        """The knobs of a frame or a trial (a probe carries only its precision)."""
+        if isinstance(self.knobs, ProbeKnobs):
+            raise RecordError(f"a {self.kind} spec carries only a part of the knobs")
+        return self.knobs
+
+    @property
+    def rows_file(self) -> Path:
+        """The run's rows file (the built-in runners' specs name it: trial_spec.json)."""
+        return _named(self.rows_path, "rows_path", self.runner)
+
+    @property
+    def model_config_file(self) -> Path:
+        """The model config the frame resolved (an HF runner's spec names it)."""
+        return _named(self.model_config_path, "model_config_path", self.runner)
+
+    @property
+    def work_folder(self) -> Path:
+        """The folder a script's trial mirrors the user's tree in (its spec names it)."""
+        return _named(self.workdir, "workdir", self.runner)
+
+    def peak_flops(self, precision: str) -> float | None:
+        """The device's measured matmul peak at `precision` (the frame's), where it has one."""
+        found = ((self.peaks or {}).get("matmul_flops") or {}).get(precision)
+        return None if found is None else float(found)
+
     def to_dict(self) -> JsonObject:
         """The spec as the child reads it (plain dicts and lists); checked once, when it was built (frozen)."""
         data: JsonObject = {"schema_version": SCHEMA_VERSION}
         for item in fields(self):
             value = getattr(self, item.name)
-            if item.name in self._ALWAYS or value is not None:
+            if item.name in ("job", "knobs"):
+                data[item.name] = value.to_dict()
+            elif item.name in self._ALWAYS or value is not None:
                 data[item.name] = thawed(value)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "trial spec") -> "TrialSpec":
         """The spec from its JSON form; RecordError naming the first field that is missing or wrong."""
-        validate("trial_spec", thawed(data), where)
-        return cls(**{item.name: data[item.name] for item in fields(cls) if item.name in data})
+        plain = thawed(data)
+        validate("trial_spec", plain, where)
+        values = {item.name: plain[item.name] for item in fields(cls) if item.name in plain}
+        if plain["kind"] in WHOLE_KINDS:
+            try:
+                values.update(job=Job.from_dict(plain["job"]), knobs=Knobs.from_dict(plain["knobs"]))
+            except (JobError, TypeError) as error:
+                raise RecordError(f"{where} is not valid at job: {error}") from error
+        else:
+            values.update(job=ProbeJob(int(plain["job"]["seed"]), bool(plain["job"]["smoke"])),
+                          knobs=ProbeKnobs(str(plain["knobs"]["precision"])))
+        return cls(**values)
+
+
+def _named(path: str | None, name: str, runner: str) -> Path:
+    if path is None:
+        raise RecordError(f"a {runner} runner's spec names its {name}")
+    return Path(path)
+
+
+# What a frame found, as the parent reads it (frame.json; loop/ and reasoner/ read it by these keys).
+class ModelFacts(TypedDict, total=False):
+    """The model's shape (a VLM's: its language model's, the tower's size under `vision`)."""
+
+    source: str
+    model_type: str
+    params: int
+    trainable_params: int
+    layers: int | None
+    hidden: int | None
+    heads: int | None
+    kv_heads: int | None
+    intermediate: int | None
+    vocab: int | None
+    vision: dict[str, int]
+
+
+class DataFacts(TypedDict, total=False):
+    """The rows' length spread (engine/data.py length_facts) and, for image-text rows, their images."""
+
+    dataset: str
+    rows_available: int
+    rows_sampled: int
+    mean_len: float
+    p10_len: int
+    p50_len: int
+    p90_len: int
+    max_seen_len: int
+    padding_share: float
+    truncated_share: float
+    images_per_row: float
+    image_token_share: float
+    p50_image_tokens: int
+    rows_skipped_share: float
+
+
+class FrameFacts(TypedDict, total=False):
+    """A complete frame's facts: the device, the model, the data, and the knobs it rules out (`limits`:
+    {knob, value?, silent, reason}); a script's frame adds the listing of its settings."""
+
+    device: Device
+    model: ModelFacts
+    data: DataFacts
+    limits: list[JsonObject]
+    script: list[str]
+
+
+class FrameReply(TypedDict):
+    """What a runner's frame returns (messages.RunResult's `frame`)."""
+
+    frame: FrameFacts
+
+
+class PeakReading(TypedDict, total=False):
+    """A memory peak as probes/memory.py reads it; a worst-case batch's (`ceiling`) adds its limit and
+    whether it fits, and a script's the batch's shape."""
+
+    kind: str
+    bytes: int
+    allocated_bytes: int
+    limit_bytes: int
+    fits: bool
+    shape: str
+    reason: str
+
+
+class MeasurementDoc(TypedDict, total=False):
+    """A trial's measurement as the child writes it (schemas/measurement.json; the parent reads it as a
+    `Measurement`). A document, not the dataclass: every key the child measured travels, in its order."""
+
+    device: str
+    samples_per_s: float
+    tokens_per_s: float
+    median_step_s: float
+    step_times_s: list[float]
+    warmup_times_s: list[float]
+    real_tokens_per_step: list[int]
+    model_flops: float
+    hardware_flops: float
+    mfu: float | None
+    hfu: float | None
+    peak_flops: float | None
+    peak_remeasured: dict[str, float | str | None]
+    peak_memory: PeakReading
+    parity_losses: dict[str, list[float]] | None
+    parity_rows: JsonObject | None
+    parity_note: str | None
+    final_loss: float
+    breakdown: dict[str, float] | None
+    nvml: JsonObject | None
+    env: dict[str, str | int | None]
+    ceiling: PeakReading
+    ceiling_unchecked: str
+    model: JsonObject
+    data: JsonObject
+    tree: JsonObject
+    observed: JsonObject
+
+
+class TrialReply(TypedDict):
+    """What a runner's complete trial returns."""
+
+    measurement: MeasurementDoc
 
 
 @dataclass(frozen=True)

@@ -6,24 +6,26 @@ Pure data: the parent process validates names against this without importing tor
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from .types import JsonObject
 
 # Small enough for a CPU trial in seconds, large enough that batching and attention choices matter.
-_TINY = dict(
+_TINY: JsonObject = dict(
     vocab_size=2048, hidden_size=128, intermediate_size=352, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
 )
 
 # The Qwen VL presets' language model (M-RoPE sections over the tiny head size) and token ids, which
 # follow workloads/vlm/vision.py's in-memory tokenizer (259 up).
-_QWEN_VL_TEXT = {
+_QWEN_VL_TEXT: JsonObject = {
     "text_config": {**{k: v for k, v in _TINY.items() if k != "vocab_size"}, "vocab_size": 512,
                     "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2,
                     "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]}},
     "vision_start_token_id": 259, "vision_end_token_id": 260, "image_token_id": 261, "video_token_id": 262,
 }
 
-PRESETS: dict[str, dict[str, Any]] = {
+# Each preset is a model's config.json: the keyword arguments transformers builds its config from.
+PRESETS: dict[str, JsonObject] = {
     "tiny-llama": {"model_type": "llama", **_TINY},
     "tiny-qwen2": {"model_type": "qwen2", **_TINY, "tie_word_embeddings": True},
     # The shape of Qwen2.5-0.5B (its public config.json), with random weights: a real GPU workload

@@ -9,13 +9,27 @@ boundaries from `position_ids` (varlen kernels), so it gets no dense mask.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict, Union
 
 import torch
 
 from ..config.knobs import VARLEN_BOUNDS
 
 IGNORE = -100
+
+
+class Batch(TypedDict):
+    """One micro-batch's tensors. `slots`: per token, which row of the micro-batch it belongs to (-1 for
+    padding); `flash`: flash-attention varlen's row bounds (packed rows); `vision`: a VLM's image inputs."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    slots: torch.Tensor
+    real_tokens: int
+    attention_mask: NotRequired[torch.Tensor]
+    position_ids: NotRequired[torch.Tensor]
+    flash: NotRequired[dict[str, Union[torch.Tensor, int]]]
+    vision: NotRequired[dict[str, torch.Tensor]]
 
 
 def step_plan(row_ids: list[int], effective_batch: int, micro: int) -> list[list[list[int]]]:
@@ -49,7 +63,7 @@ def row_targets(ids: list[int], ignore: frozenset[int] = frozenset()) -> int:
 
 
 def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn: str,
-            leak_packed_rows: bool = False, ignore: frozenset[int] = frozenset()) -> dict[str, Any]:
+            leak_packed_rows: bool = False, ignore: frozenset[int] = frozenset()) -> Batch:
     """Tensors for one micro-batch.
 
     `slots` gives, per token, which row of the micro-batch it belongs to (-1 for padding), so per-row
@@ -62,9 +76,9 @@ def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn
         labels = [t for r in rows for t in _labels(r, ignore)]
         positions = [p for r in rows for p in range(len(r))]
         slots = [i for i, r in enumerate(rows) for _ in r]
-        batch = {
+        batch: Batch = {
             "input_ids": torch.tensor([ids]), "labels": torch.tensor([labels]),
-            "position_ids": torch.tensor([positions]), "slots": torch.tensor([slots]),
+            "position_ids": torch.tensor([positions]), "slots": torch.tensor([slots]), "real_tokens": real_tokens,
         }
         if attn in VARLEN_BOUNDS:
             # The row boundaries as flash-attention varlen wants them; left to position_ids, transformers
@@ -74,7 +88,6 @@ def collate(rows: list[list[int]], padding: str, max_len: int, pad_id: int, attn
                               "max_length_q": max(len(r) for r in rows), "max_length_k": max(len(r) for r in rows)}
         elif not leak_packed_rows:
             batch["attention_mask"] = block_diagonal_mask(slots, attn)
-        batch["real_tokens"] = real_tokens
         return batch
     width = max_len if padding == "max_length" else max(len(r) for r in rows)
     ids, labels, mask, slots = [], [], [], []

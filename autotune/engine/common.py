@@ -12,11 +12,13 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from dataclasses import FrozenInstanceError
+from typing import Any, Callable, Mapping, TypeVar
 
 from ..util import procs
 from ..util.errors import RecordError
 from ..util.io import write_json_atomic
+from ..config.knobs import Knobs
 from ..config.messages import TrialSpec, rejected
 from ..schemas import violation
 from . import runner_module
@@ -24,6 +26,11 @@ from . import runner_module
 STDERR_TAIL = 2000
 # The process whose trial this is (the tuner, or a Ray slot's actor): set by the local executor.
 OWNER_ENV = "AUTOTUNE_OWNER_PID"
+# The spec a runner's body reads: a TrialSpec, or the hand-over step's own (workloads/hf/realize.py).
+Spec = TypeVar("Spec")
+# What a body returns: its part of the result (RunResult's measurement or frame, the hand-over's files),
+# each runner's own TypedDict; checked whole against run_result.json before it is written.
+Reply = Mapping[str, object]
 
 
 def inject_early_fault(kind: str | None) -> None:
@@ -35,14 +42,14 @@ def inject_early_fault(kind: str | None) -> None:
         time.sleep(10 ** 6)
 
 
-def setup_device(spec: dict[str, Any]) -> str:
+def setup_device(spec: TrialSpec) -> str:
     """The device a trial runs on (smoke: the CPU, whatever the machine has), seeded, with its threads set."""
     import torch
 
     from ..probes.device import pick_device
 
-    torch.manual_seed(spec["job"].get("seed", 0))
-    device = "cpu" if spec["job"].get("smoke") else pick_device()
+    torch.manual_seed(spec.job.seed)
+    device = "cpu" if spec.job.smoke else pick_device()
     if device == "cpu":
         # One core stays free for the tuner, loader workers and the OS: OpenMP threads that must share
         # a core with anything else spin-wait and make step times swing by 10x.
@@ -65,12 +72,12 @@ def loader_context(workers: int) -> str | None:
     return "fork" if workers and "fork" in multiprocessing.get_all_start_methods() else None
 
 
-def loader_prefetch(knobs: dict[str, Any]) -> int | None:
+def loader_prefetch(knobs: Knobs) -> int | None:
     """The loader's prefetch_factor: 0 leaves it to torch (2 batches per worker), as the TRL trials'
     SFTConfig(dataloader_prefetch_factor=None) does, so one value means one thing in both loops."""
-    if not knobs["dataloader_num_workers"]:
+    if not knobs.dataloader_num_workers:
         return None
-    return int(knobs.get("dataloader_prefetch_factor") or 0) or None
+    return int(knobs.dataloader_prefetch_factor) or None
 
 
 def run_forked(runner: str, spec_path: str, result_path: str, stdout_path: str, stderr_path: str,
@@ -141,13 +148,15 @@ def die_with_owner() -> None:
     threading.Thread(target=watch, name="autotune-owner-watch", daemon=True).start()
 
 
-def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
-            fault_type: type, spec_path: Path, result_path: Path, typed: bool = True) -> int:
+def execute(body: Callable[[Spec], Reply], is_oom: Callable[[BaseException], bool], fault_type: type,
+            spec_path: Path, result_path: Path,
+            read: Callable[[Mapping[str, Any], str], Spec] = TrialSpec.from_dict) -> int:  # type: ignore[assignment]
     """Run `body(spec)` and always leave a result file while the process lives; the exit code.
 
-    The spec is read as a TrialSpec (`typed`; the hand-over step's is its runner's own) and the result
-    written as a RunResult: either one malformed ends the run as `invalid` with the reason. `body` gets
-    a copy of the spec, and one it changed ends the run as a crash: a runner never writes into its inputs.
+    The spec is read typed by `read` (a TrialSpec; the hand-over step's is its runner's own) and the
+    result written as a RunResult: either one malformed ends the run as `invalid` with the reason. The
+    typed spec is frozen through and through: a runner that writes into it ends as a crash (a runner
+    never writes into its inputs).
 
     A trial's process (tagged by its executor, leading its own session) is the reaper of its orphans, and
     ends every process it started once its result is written (util/procs.py)."""
@@ -156,18 +165,13 @@ def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[
         procs.become_subreaper()
     die_with_owner()
     started = time.time()
+    result: dict[str, object]   # a RunResult's JSON, checked against run_result.json before it is written
     try:
-        raw = json.loads(Path(spec_path).read_text())
-        spec = TrialSpec.from_dict(raw, str(spec_path)).to_dict() if typed else raw
+        spec = read(json.loads(Path(spec_path).read_text()), str(spec_path))
     except (ValueError, RecordError) as error:
-        spec, result = None, {"state": "invalid", "reason": f"{error}"[:600]}
-    if spec is not None:
-        given = json.loads(json.dumps(spec))
-        result = _run(body, is_oom, fault_type, given)
-        if given != spec:
-            changed = sorted(key for key in {*spec, *given} if spec.get(key) != given.get(key))
-            result = {"state": "crash", "reason": f"the runner wrote into its spec ({', '.join(changed)}): a runner's "
-                      "inputs are read-only; derive what it needs into its own values"}
+        result = {"state": "invalid", "reason": f"{error}"[:600]}
+    else:
+        result = _run(body, is_oom, fault_type, spec)
     result.update(schema_version=1, wall_s=round(time.time() - started, 3))
     problem = violation("run_result", result)
     if problem is not None:
@@ -177,18 +181,22 @@ def execute(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[
     if trial:
         procs.end_descendants()
     measurement = result.get("measurement") or {}
-    summary = f"samples/s={measurement['samples_per_s']:.3f}" if "samples_per_s" in measurement else result["reason"]
+    summary = (f"samples/s={measurement['samples_per_s']:.3f}" if isinstance(measurement, dict)
+               and "samples_per_s" in measurement else result["reason"])
     print(f"autotune runner: {result['state']} {summary}", flush=True)
     return 0 if result["state"] == "complete" else 1
 
 
-def _run(body: Callable[[dict[str, Any]], dict[str, Any]], is_oom: Callable[[BaseException], bool],
-         fault_type: type, spec: dict[str, Any]) -> dict[str, Any]:
+def _run(body: Callable[[Spec], Reply], is_oom: Callable[[BaseException], bool], fault_type: type,
+         spec: Spec) -> dict[str, object]:
     """`body(spec)` as a result: expected faults and every exception become states."""
     try:
         return {"state": "complete", "reason": "", **body(spec)}
     except fault_type as fault:
         return {"state": fault.state, "reason": fault.reason, **getattr(fault, "details", {})}
+    except FrozenInstanceError as error:
+        return {"state": "crash", "reason": f"the runner wrote into its spec ({error}): a runner's inputs are "
+                "read-only; derive what it needs into its own values"}
     except Exception as error:  # noqa: BLE001 - every failure becomes a recorded state
         if is_oom(error):
             return {"state": "oom", "reason": f"out of memory: {str(error).splitlines()[0][:300]}"}
@@ -207,11 +215,13 @@ def is_oom(error: BaseException) -> bool:
         "out of memory" in text or "can't allocate memory" in text or isinstance(error, MemoryError))
 
 
-def run_body(frame: Callable[[dict[str, Any]], dict[str, Any]], trial: Callable[[dict[str, Any]], dict[str, Any]],
+def run_body(frame: Callable[[TrialSpec], Reply], trial: Callable[[TrialSpec], Reply],
              spec_path: Path, result_path: Path) -> int:
     """A training runner's entry: its frame or trial by the spec's kind, with the training faults and OOM
     as states."""
     from .steps import TrialFault
 
-    return execute(lambda spec: frame(spec) if spec["kind"] == "frame" else trial(spec), is_oom, TrialFault,
-                   spec_path, result_path)
+    def body(spec: TrialSpec) -> Reply:
+        return frame(spec) if spec.kind == "frame" else trial(spec)
+
+    return execute(body, is_oom, TrialFault, spec_path, result_path)

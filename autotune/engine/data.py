@@ -10,14 +10,37 @@ import json
 import math
 import random
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, NotRequired, TypedDict
 
+from ..config.messages import DataFacts
 from ..util.io import write_json_atomic
 
 SUFFIX_TO_BUILDER = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv", ".txt": "text"}
 # Real chat SFT data: most rows short, a long tail that reaches the length cap (e.g. Alpaca, UltraChat).
 SYNTHETIC_MEDIAN_SHARE = 1 / 6
 SYNTHETIC_SIGMA = 1.0
+# One example of the user's dataset, its own columns (`datasets` rows, a jsonl line): open-ended.
+Example = Mapping[str, object]
+
+
+class VisionMeta(TypedDict):
+    """An image-text run's rows' images (workloads/vlm/images.py): per row the indices of its images in
+    the images file and their (height, width); the images' end offsets there; the image-block tokens."""
+
+    images: list[list[int]]
+    sizes: list[list[tuple[int, int]]]
+    ends: list[int]
+    block_ids: list[int]
+
+
+class StoredRows(TypedDict):
+    """The run's rows file (written once by the frame, read by every trial)."""
+
+    schema_version: int
+    pad_id: int
+    vocab_size: int
+    rows: list[list[int]]
+    vision: NotRequired[VisionMeta]
 
 
 class ByteTokenizer:
@@ -42,7 +65,7 @@ def synthetic_rows(count: int, max_len: int, vocab_size: int, seed: int) -> list
     return rows
 
 
-def row_text(example: dict[str, Any], tokenizer: Any) -> str:
+def row_text(example: Example, tokenizer: Any) -> str:
     """The training text of one example, from the usual SFT column layouts."""
     if isinstance(example.get("messages"), list):
         messages = example["messages"]
@@ -61,7 +84,7 @@ def row_text(example: dict[str, Any], tokenizer: Any) -> str:
     return max(strings, key=len)
 
 
-def load_examples(dataset: str, seed: int, limit: int) -> Iterable[dict[str, Any]]:
+def load_examples(dataset: str, seed: int, limit: int) -> Iterable[Example]:
     """Up to `limit` examples in a seeded order, through `datasets.load_dataset`."""
     import datasets
 
@@ -83,7 +106,7 @@ def load_examples(dataset: str, seed: int, limit: int) -> Iterable[dict[str, Any
     return data.select(range(min(limit, len(data))))
 
 
-def tokenize_rows(examples: Iterable[dict[str, Any]], tokenizer: Any, max_len: int) -> list[list[int]]:
+def tokenize_rows(examples: Iterable[Example], tokenizer: Any, max_len: int) -> list[list[int]]:
     rows = []
     for example in examples:
         text = row_text(example, tokenizer)
@@ -95,7 +118,7 @@ def tokenize_rows(examples: Iterable[dict[str, Any]], tokenizer: Any, max_len: i
     return rows
 
 
-def length_facts(rows: list[list[int]], max_len: int) -> dict[str, float]:
+def length_facts(rows: list[list[int]], max_len: int) -> DataFacts:
     """What claims condition on: the length spread and the padding share of pad-to-max_len."""
     lengths = sorted(len(r) for r in rows)
     n = len(lengths)
@@ -113,14 +136,15 @@ def length_facts(rows: list[list[int]], max_len: int) -> dict[str, float]:
 
 
 def write_rows(path: Path, rows: list[list[int]], pad_id: int, vocab_size: int,
-               vision: dict[str, Any] | None = None) -> None:
+               vision: VisionMeta | None = None) -> None:
     """The run's rows. An image-text run adds `vision`: per row its images (indices into the images
     file beside this one, see workloads/vlm/images.py) and their (height, width), and the image-block tokens."""
-    data = {"schema_version": 1, "pad_id": pad_id, "vocab_size": vocab_size, "rows": rows}
+    data: StoredRows = {"schema_version": 1, "pad_id": pad_id, "vocab_size": vocab_size, "rows": rows}
     if vision is not None:
         data["vision"] = vision
     write_json_atomic(path, data, indent=None)
 
 
-def read_rows(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
+def read_rows(path: Path) -> StoredRows:
+    stored: StoredRows = json.loads(Path(path).read_text())
+    return stored

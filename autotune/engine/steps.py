@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Iterator, Mapping
 
 import torch
+
+from ..config.messages import MeasurementDoc, PeakReading, TrialReply, TrialSpec
+from ..config.types import JsonObject
 
 
 class TrialFault(Exception):
     """An expected end of a trial: carries the state (oom, invalid) and the reason."""
 
-    def __init__(self, state: str, reason: str, details: dict[str, Any] | None = None) -> None:
+    def __init__(self, state: str, reason: str, details: Mapping[str, object] | None = None) -> None:
         super().__init__(reason)
-        self.state, self.reason, self.details = state, reason, details or {}
+        # Keys the result adds beside the state (measurement_rejected, ceiling, remeasure): run_result.json's.
+        self.state, self.reason, self.details = state, reason, dict(details or {})
 
 
 @dataclass
@@ -73,12 +77,12 @@ class StepLog:
     profile_steps: int = 0
 
 
-def accepted(job: dict[str, Any], spec: dict[str, Any], log: StepLog, measurement: dict[str, Any]) -> dict[str, Any]:
+def accepted(spec: TrialSpec, log: StepLog, measurement: MeasurementDoc) -> TrialReply:
     """The trial's result, unless its window is impossible (wrong rows, timings no clock gives, MFU over
     the measured peak) or the device slowed itself during it (then it is measured once more)."""
     from ..probes.stats import impossible
 
-    expected_rows = job["effective_batch"] * spec["measure_steps"]
+    expected_rows = spec.whole_job.effective_batch * spec.measure_steps
     mfu = measurement.get("mfu")
     problem = (f"the measured window trained {log.measured_rows} rows, not {expected_rows}"
                if log.measured_rows != expected_rows else impossible(log.times))
@@ -86,21 +90,21 @@ def accepted(job: dict[str, Any], spec: dict[str, Any], log: StepLog, measuremen
         problem = _against_fastest(spec, measurement)
     if problem:
         raise TrialFault("invalid", problem, {"measurement_rejected": measurement})
-    throttled = (measurement["nvml"] or {}).get("throttle_reasons")
+    throttled = (measurement.get("nvml") or {}).get("throttle_reasons")
     if throttled:
         raise TrialFault("invalid", f"the device slowed itself during the window ({', '.join(throttled)})",
                          {"measurement_rejected": measurement, "remeasure": True})
     return {"measurement": measurement}
 
 
-def _against_fastest(spec: dict[str, Any], measurement: dict[str, Any]) -> str | None:
+def _against_fastest(spec: TrialSpec, measurement: MeasurementDoc) -> str | None:
     """An MFU over 1 is judged again against the device's fastest product now, of any precision: the
     recorded peak is a single reading, taken once per device and perhaps under load. Within that bound the
     measurement stands, its utilisation against it and `peak_remeasured` saying so; beyond it, the timing
     itself is wrong."""
     from ..probes import peaks
 
-    recorded = {name: flops for name, flops in ((spec.get("peaks") or {}).get("matmul_flops") or {}).items() if flops}
+    recorded = {name: flops for name, flops in ((spec.peaks or {}).get("matmul_flops") or {}).items() if flops}
     precision, fresh = peaks.fastest_product(measurement["device"], sorted(set(recorded) | {"fp32"}))
     bound_name, bound = max([(precision, fresh), *recorded.items()], key=lambda pair: pair[1])
     scale = measurement["peak_flops"] / bound
@@ -110,14 +114,14 @@ def _against_fastest(spec: dict[str, Any], measurement: dict[str, Any]) -> str |
                 f"product now ({bound_name}): the timing is wrong")
     measurement["peak_remeasured"] = {"bound": bound_name, "flops": bound, "recorded_flops": measurement["peak_flops"],
                                       "recorded_mfu": measurement["mfu"]}
-    measurement.update(peak_flops=bound, mfu=mfu,
-                       hfu=measurement["hfu"] * scale if measurement.get("hfu") is not None else None)
+    hfu = measurement.get("hfu")
+    measurement["peak_flops"], measurement["mfu"] = bound, mfu
+    measurement["hfu"] = hfu * scale if hfu is not None else None
     return None
 
 
 def measurement_of(device: str, log: StepLog, window_flops: dict[str, float], peak_flops: float | None,
-                   peak_memory: dict[str, Any], nvml: dict[str, Any] | None,
-                   ceiling: dict[str, Any] | None) -> dict[str, Any]:
+                   peak_memory: PeakReading, nvml: JsonObject | None, ceiling: PeakReading | None) -> MeasurementDoc:
     """A trial's measurement from its step log: rows and real tokens over the measured seconds (every
     trial times the same rows, so totals compare fairly even where a knob reorders rows between steps),
     MFU/HFU against the measured peak, where the time went."""
@@ -129,7 +133,7 @@ def measurement_of(device: str, log: StepLog, window_flops: dict[str, float], pe
     seconds = sum(log.times)
     utilisation = {name: flops.mfu(window_flops[kind], seconds, peak_flops) if peak_flops and seconds > 0 else None
                    for name, kind in (("mfu", "model"), ("hfu", "hardware"))}
-    measurement: dict[str, Any] = {
+    measurement: MeasurementDoc = {
         "device": device,
         "samples_per_s": log.measured_rows / seconds if seconds > 0 else 0.0,
         "tokens_per_s": sum(log.tokens) / seconds if seconds > 0 else 0.0,

@@ -14,11 +14,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ..config.messages import measured_ids as measured_row_ids, parity_ids
+from ..config.job import Job
+from ..config.knobs import Knobs
+from ..config.messages import PeakReading, measured_ids as measured_row_ids, parity_ids
 from ..probes import memory
 from ..probes.profile import PhaseTimer
 from ..probes.timing import StepTimer, warmed_up
-from .batching import IGNORE, collate, group_by_length, row_targets, step_plan, worst_case_rows
+from .batching import IGNORE, Batch, collate, group_by_length, row_targets, step_plan, worst_case_rows
 from .common import as_is, is_oom, loader_context, loader_prefetch  # noqa: F401 - is_oom re-exported for the runners
 from .steps import Plan, StepLog, TrialFault, accepted, measurement_of  # noqa: F401 - re-exported for the runners
 
@@ -29,7 +31,7 @@ MAX_GRAD_NORM = 1.0
 class MicroBatches(torch.utils.data.Dataset):
     """Collation happens here, so `dataloader_num_workers` moves it off the training process."""
 
-    def __init__(self, rows: list[list[int]], knobs: dict[str, Any], max_len: int, pad_id: int,
+    def __init__(self, rows: list[list[int]], knobs: Knobs, max_len: int, pad_id: int,
                  leak_packed_rows: bool = False, vision: Any = None) -> None:
         self.rows, self.knobs, self.max_len, self.pad_id = rows, knobs, max_len, pad_id
         self.leak, self.vision = leak_packed_rows, vision
@@ -41,16 +43,16 @@ class MicroBatches(torch.utils.data.Dataset):
         kind, index, row_ids, targets = item
         return kind, index, row_ids, targets, self.batch(row_ids, [self.rows[r] for r in row_ids])
 
-    def batch(self, row_ids: tuple, rows: list[list[int]]) -> dict[str, Any]:
+    def batch(self, row_ids: tuple, rows: list[list[int]]) -> Batch:
         """Text tensors by the padding knob; for a VLM also its images through the image processor."""
-        pixels: dict[str, Any] = {}
+        pixels: dict[str, torch.Tensor] = {}
         if self.vision is not None:
             rows, pixels = self.vision.micro_batch(row_ids, rows)
-        batch = collate(rows, self.knobs["padding"], self.max_len, self.pad_id, self.knobs["attn_implementation"],
+        batch = collate(rows, self.knobs.padding, self.max_len, self.pad_id, self.knobs.attn_implementation,
                         self.leak, self.vision.ignore if self.vision is not None else frozenset())
         if self.vision is not None:
             batch["vision"] = {**pixels, **self.vision.vision.extra_inputs(batch["input_ids"])}
-            if self.knobs["padding"] == "padding_free":
+            if self.knobs.padding == "padding_free":
                 from .vision_pack import pack_vision
 
                 pack_vision(batch, self.vision.vision, rows, pixels)
@@ -58,9 +60,9 @@ class MicroBatches(torch.utils.data.Dataset):
 
 
 class Engine:
-    def __init__(self, model: torch.nn.Module, knobs: dict[str, Any], device: str) -> None:
+    def __init__(self, model: torch.nn.Module, knobs: Knobs, device: str) -> None:
         self.model, self.knobs, self.device = model, knobs, device
-        precision = knobs["precision"]
+        precision = knobs.precision
         if device == "cuda":  # CUDA-only: tf32 is a matmul mode, not an autocast dtype
             torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
             torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -68,27 +70,27 @@ class Engine:
         self.scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
         self._scale = self.scaler.get_scale() if self.scaler else None
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(params, knobs["optim"])
+        self.optimizer = make_optimizer(params, knobs.optim)
         # The chunked loss projects the hidden states itself: the head passes them through (before compile).
         self.head = None
-        if knobs.get("chunked_cross_entropy"):
+        if knobs.chunked_cross_entropy:
             from .chunked_loss import hidden_states_out
 
             self.head = hidden_states_out(model)
-        mode = knobs.get("torch_compile_mode", "default")
+        mode = knobs.torch_compile_mode
         self.forward = (torch.compile(model, **({"mode": mode} if mode != "default" else {}))
-                        if knobs["torch_compile"] else model)
+                        if knobs.torch_compile else model)
 
     def _autocast(self):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device, dtype=self.autocast_dtype)
 
-    def micro_step(self, batch: dict[str, Any], step_targets: int,
+    def micro_step(self, batch: Batch, step_targets: int,
                    phases: PhaseTimer | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Forward and backward of one micro-batch; returns its loss share (a tensor: reading it
         would stall the device every micro-batch) and per-token losses."""
-        pin = self.knobs["dataloader_pin_memory"] and self.device == "cuda"
+        pin = self.knobs.dataloader_pin_memory and self.device == "cuda"
         inputs = {k: batch[k].to(self.device, non_blocking=pin)
                   for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
         for name, value in batch.get("vision", {}).items():
@@ -152,7 +154,7 @@ class Engine:
             torch.cuda.synchronize()
 
     @staticmethod
-    def row_losses(token_losses: torch.Tensor, labels: torch.Tensor, batch: dict[str, Any],
+    def row_losses(token_losses: torch.Tensor, labels: torch.Tensor, batch: Batch,
                    row_ids: tuple) -> dict[int, float]:
         """Each row's mean token loss (reads the device: parity steps only)."""
         losses: dict[int, float] = {}
@@ -160,7 +162,7 @@ class Engine:
         return losses
 
     @staticmethod
-    def batch_tokens(batch: dict[str, Any]) -> tuple[int, int]:
+    def batch_tokens(batch: Batch) -> tuple[int, int]:
         """(real tokens, padding tokens) of a micro-batch."""
         return batch["real_tokens"], batch["input_ids"].numel() - batch["real_tokens"]
 
@@ -185,7 +187,7 @@ def _row_losses(token_losses: torch.Tensor, labels: torch.Tensor, slots: torch.T
         into[row] = float(token_losses[chosen].mean()) if chosen.any() else 0.0
 
 
-def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any], pad_id: int,
+def run_steps(engine: Engine, rows: list[list[int]], knobs: Knobs, job: Job, pad_id: int,
               measure_steps: int, warmup_max: int, inject: str | None = None, leak_packed_rows: bool = False,
               profile_steps: int = 0, window: Any = None, vision: Any = None) -> StepLog:
     """Parity steps, detected warm-up, the measured steps, then `profile_steps` steps timed phase by
@@ -194,10 +196,10 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     `window` (optional) is entered for the measured steps: the NVML sampler watches exactly them.
     `vision` (images.VisionRows) gives a VLM's rows their images.
     """
-    effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
+    effective_batch, micro = job.effective_batch, knobs.per_device_train_batch_size
     lengths = [len(r) for r in rows]
     parity, measured_ids = parity_ids(effective_batch), measured_row_ids(effective_batch, measure_steps)
-    if knobs["group_by_length"]:
+    if knobs.group_by_length:
         # Within each optimizer step: every step keeps its rows (paired statistics and the loss stay
         # exact), and its micro-batches hold rows of similar length (less padding).
         measured_ids = [r for start in range(0, len(measured_ids), effective_batch)
@@ -205,22 +207,22 @@ def run_steps(engine: Engine, rows: list[list[int]], knobs: dict[str, Any], job:
     plan = Plan(step_plan(parity, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
                 warmup_max, profile_steps)
     ignore = vision.ignore if vision is not None else frozenset()
-    return train_loop(engine, MicroBatches(rows, knobs, job["max_len"], pad_id, leak_packed_rows, vision), plan,
+    return train_loop(engine, MicroBatches(rows, knobs, job.max_len, pad_id, leak_packed_rows, vision), plan,
                       [row_targets(r, ignore) for r in rows], knobs, effective_batch, inject, window)
 
 
-def train_loop(engine: Any, dataset: Any, plan: Plan, targets_per_row: list[int], knobs: dict[str, Any],
+def train_loop(engine: Any, dataset: Any, plan: Plan, targets_per_row: list[int], knobs: Knobs,
                effective_batch: int, inject: str | None = None, window: Any = None) -> StepLog:
     """The steps of `plan` over `dataset`'s micro-batches, whatever the model: the engine says how a
     micro-batch trains (`micro_step`), which per-row losses it had (`row_losses`) and how many of its
     tokens were real and padding (`batch_tokens`)."""
-    micro, measure_steps, profile_steps = knobs["per_device_train_batch_size"], len(plan.measured), plan.profile_steps
-    workers = knobs["dataloader_num_workers"]
+    micro, measure_steps, profile_steps = knobs.per_device_train_batch_size, len(plan.measured), plan.profile_steps
+    workers = knobs.dataloader_num_workers
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=None, sampler=plan.items(targets_per_row), num_workers=workers, collate_fn=as_is,
         multiprocessing_context=loader_context(workers),
-        pin_memory=knobs["dataloader_pin_memory"] and engine.device == "cuda",
-        persistent_workers=bool(workers and knobs.get("dataloader_persistent_workers")),
+        pin_memory=knobs.dataloader_pin_memory and engine.device == "cuda",
+        persistent_workers=bool(workers and knobs.dataloader_persistent_workers),
         prefetch_factor=loader_prefetch(knobs))
     log, timer = StepLog(), StepTimer(engine.synchronize)
     accumulation = effective_batch // micro
@@ -289,22 +291,22 @@ def train_loop(engine: Any, dataset: Any, plan: Plan, targets_per_row: list[int]
     return log
 
 
-def worst_case_peak(engine: Engine, knobs: dict[str, Any], job: dict[str, Any], vocab_size: int, pad_id: int,
-                    vision: Any = None, stored_rows: list[list[int]] | None = None) -> dict[str, Any]:
+def worst_case_peak(engine: Engine, knobs: Knobs, job: Job, vocab_size: int, pad_id: int,
+                    vision: Any = None, stored_rows: list[list[int]] | None = None) -> PeakReading:
     """Peak memory of full optimizer steps on micro-batches of max_len rows.
 
     The first step creates the optimizer state (Adam: two tensors per parameter); the peak is read
     over a second step, whose activations then coexist with that state and, when accumulating, with
     the gradients of the step's earlier micro-batches. A VLM's worst row holds the run's largest images.
     """
-    micro, max_len = knobs["per_device_train_batch_size"], job["max_len"]
+    micro, max_len = knobs.per_device_train_batch_size, job.max_len
     if vision is not None:
         row_ids, rows = vision.worst_case(micro, max_len, stored_rows)
         batch = MicroBatches(rows, knobs, max_len, pad_id, vision=vision).batch(row_ids, rows)
     else:
         rows = worst_case_rows(micro, max_len, vocab_size)
-        batch = collate(rows, knobs["padding"], max_len, pad_id, knobs["attn_implementation"])
-    accumulated = min(2, job["effective_batch"] // micro)
+        batch = collate(rows, knobs.padding, max_len, pad_id, knobs.attn_implementation)
+    accumulated = min(2, job.effective_batch // micro)
     try:
         two_full_steps(engine, batch, accumulated, accumulated * micro * (max_len - 1))
     except Exception as error:  # noqa: BLE001 - only OOM is an expected outcome here

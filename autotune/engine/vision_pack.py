@@ -21,6 +21,9 @@ from typing import Any
 
 import torch
 
+from ..config.types import JsonObject
+from .batching import Batch
+
 # How a packable family's positions are made: "1d" (the collate's) or "mrope" (get_rope_index per row).
 PACKED_POSITIONS: dict[str, str] = {"llava": "1d", "idefics3": "1d", "smolvlm": "1d", "qwen2_vl": "mrope",
                                      "qwen2_5_vl": "mrope"}
@@ -30,7 +33,7 @@ def packable(model_type: str) -> bool:
     return model_type in PACKED_POSITIONS
 
 
-def packing_limit(model_type: str) -> list[dict[str, Any]]:
+def packing_limit(model_type: str) -> list[JsonObject]:
     """The frame's limit on padding_free for a family the runner cannot pack (none for one it can)."""
     if packable(model_type):
         return []
@@ -65,7 +68,7 @@ def mrope_positions(config: Any, rows: list[list[int]], image_token_id: int,
     return torch.cat([text[None], packed.to(text.dtype)])[:, None, :]
 
 
-def pack_vision(batch: dict[str, Any], vision: Any, rows: list[list[int]], pixels: dict[str, Any]) -> None:
+def pack_vision(batch: Batch, vision: Any, rows: list[list[int]], pixels: dict[str, torch.Tensor]) -> None:
     """Make a packed (padding_free) micro-batch right for `vision`'s model, in place."""
     # The model passes its extra keyword arguments to the vision tower too: text row bounds there would
     # cut the image attention wrongly (CLIP) or clash with the tower's own (Qwen2-VL). Flash attention

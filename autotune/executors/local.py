@@ -16,16 +16,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..config.types import JsonObject
 from ..config.messages import read_result, write_spec
 from ..engine import runner_module
 from ..engine.common import OWNER_ENV, STDERR_TAIL, run_forked
 from ..util import procs
-from .tmpdirs import CACHE_FOLDERS, TMP_PATH_MAX, placed_by_user, short_base, tmp_env
+from .tmpdirs import CACHE_FOLDERS, FORKSERVER_HOME_ENV, TMP_PATH_MAX, placed_by_user, short_base, tmp_env
 
-PRELOAD = ["torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
+# forkserver_home first: the server takes its own folder back when it ends, even after its tuner was killed.
+PRELOAD = ["autotune.executors.forkserver_home",
+           "torch", "transformers", "transformers.modeling_utils", "autotune.workloads.hf.runner",
            "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
            # Text trials train inside trl.SFTTrainer: trl, datasets and the trainer's modules load once here.
            "trl", "datasets", "autotune.workloads.hf.sft", "autotune.engine.instruments"]
@@ -57,6 +59,8 @@ def _start_fork_server() -> None:
     for name in saved:
         if not placed_by_user(name, os.environ):
             os.environ[name] = os.path.join(own, name.lower())
+    saved[FORKSERVER_HOME_ENV] = os.environ.get(FORKSERVER_HOME_ENV)
+    os.environ[FORKSERVER_HOME_ENV] = own
     try:
         forkserver.ensure_running()
     finally:
@@ -111,19 +115,20 @@ class LocalExecutor:
         self.extra_env = extra_env or {}
         self.fork = fork and python == sys.executable
 
-    def _env(self, spec: dict[str, Any], trial_dir: Path, tag: str) -> dict[str, str]:
+    def _env(self, spec: JsonObject, trial_dir: Path, tag: str) -> dict[str, str]:
         # Temporary files (tempfile, multiprocessing's pymp-*, torch.compile's caches) go in the trial's
         # folder, removed when it ends; the tag finds every process it started (util/procs.py).
         tmp = trial_tmp(trial_dir, tag)
         env = {**self.extra_env, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
                OWNER_ENV: str(os.getpid()),  # the trial ends itself if this process dies first
                procs.TAG_ENV: tag, **tmp_env(tmp, os.environ)}
-        if spec["job"].get("smoke"):
+        job = spec["job"]
+        if isinstance(job, Mapping) and job.get("smoke"):
             env["CUDA_VISIBLE_DEVICES"] = ""  # smoke is a CPU dry run, whatever the machine has
         return env
 
-    def _start(self, spec: dict[str, Any], trial_dir: Path, tag: str) -> Any:
-        runner, env = spec.get("runner", "hf"), self._env(spec, trial_dir.resolve(), tag)
+    def _start(self, spec: JsonObject, trial_dir: Path, tag: str) -> Any:
+        runner, env = str(spec.get("runner", "hf")), self._env(spec, trial_dir.resolve(), tag)
         paths = [str(trial_dir / name) for name in ("spec.json", "result.json", "stdout.txt", "stderr.txt")]
         if self.fork:
             child = _context().Process(target=run_forked, args=(runner, *paths, env), daemon=False)

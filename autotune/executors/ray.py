@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 import ray
 import ray.exceptions
@@ -56,6 +56,21 @@ LOST = (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError, ray.exceptio
         ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError, ray.exceptions.LocalRayletDiedError)
 
 
+class SlotWhere(TypedDict):
+    """Where a slot runs, as its actor reports it: the Ray node's id, host name and address, the GPU
+    Ray gave it, the autotune package it imports, its own folder, and the runtime-environment copies
+    of the package on its path (Ray shipped it). A dict: the parallel loop reads a slot's `where` by key,
+    and a test's fake slot gives the same keys."""
+
+    node: str
+    host: str
+    ip: str
+    gpu: str
+    package: str
+    folder: str
+    shipped: list[str]
+
+
 class _TrialSlot:
     """On a node: one GPU, trials one after another in fresh child processes."""
 
@@ -65,15 +80,16 @@ class _TrialSlot:
         self.run_dir = self.root / "run"
         self.bundle = ""  # the digest of the inputs unpacked in run_dir
 
-    def where(self) -> dict[str, Any]:
+    def where(self) -> SlotWhere:
         context = ray.get_runtime_context()
-        return {"node": context.get_node_id(), "host": socket.gethostname(),
-                "ip": ray.util.get_node_ip_address(), "gpu": ",".join(context.get_accelerator_ids().get("GPU", [])),
-                "package": str(Path(__file__).resolve().parents[1]), "folder": str(self.root),
-                "shipped": [p for p in sys.path if "runtime_resources" in p and (Path(p) / "autotune" / "loop" / "tuner.py").is_file()]}
+        return SlotWhere(node=context.get_node_id(), host=socket.gethostname(), ip=ray.util.get_node_ip_address(),
+                         gpu=",".join(context.get_accelerator_ids().get("GPU", [])),
+                         package=str(Path(__file__).resolve().parents[1]), folder=str(self.root),
+                         shipped=[p for p in sys.path if "runtime_resources" in p
+                                  and (Path(p) / "autotune" / "loop" / "tuner.py").is_file()])
 
-    def run(self, spec: dict[str, Any], bundle: tuple[str, list[Any]] | None, name: str,
-            timeout_s: float) -> tuple[dict[str, Any], dict[str, str], bytes | None]:
+    def run(self, spec: JsonObject, bundle: tuple[str, list[Any]] | None, name: str,
+            timeout_s: float) -> tuple[JsonObject, dict[str, str], bytes | None]:
         if bundle is not None and bundle[0] != self.bundle:
             # Fetched from the object store only when this node does not hold these inputs yet.
             shutil.rmtree(self.run_dir, ignore_errors=True)
@@ -103,12 +119,13 @@ class _TrialSlot:
 class Slot:
     """The driver's handle on one GPU of the cluster; `run` has the executor's contract."""
 
-    def __init__(self, owner: "RayExecutor", actor: Any, where: dict[str, Any]) -> None:
+    def __init__(self, owner: "RayExecutor", actor: Any, where: SlotWhere) -> None:
         self.owner, self.actor, self.where = owner, actor, where
         self.alive = True
 
     @property
-    def placement(self) -> dict[str, Any]:
+    def placement(self) -> dict[str, str]:
+        """The card a result ran on, as records keep it (Measurement.placement)."""
         return {"node": self.where["ip"], "host": self.where["host"], "gpu": self.where["gpu"],
                 "model": self.owner.model, "node_id": self.where["node"][:12]}
 
@@ -146,7 +163,7 @@ class Slot:
             self.owner.received(spec, written)
         return {**read_result(result, f"{self.label()}: {trial_dir.name}/result.json"), "placement": self.placement}
 
-    def _lost(self, why: str, started: float) -> dict[str, Any]:
+    def _lost(self, why: str, started: float) -> JsonObject:
         return {"state": "crash", "reason": f"node {self.where['ip']} (GPU {self.where['gpu'] or '?'}): {why}",
                 "wall_s": round(time.monotonic() - started, 3), "exit_code": None, "placement": self.placement}
 
@@ -257,14 +274,14 @@ class RayExecutor:
             actor = self._remote.remote(self.make_inner)
             self._pending.append((actor, actor.where.remote()))
 
-    def _local(self, spec: dict[str, Any]) -> dict[str, Path]:
+    def _local(self, spec: JsonObject) -> dict[str, Path]:
         """Name in a slot's run folder -> the driver's path, for the inputs this spec names."""
-        paths = {local: Path(spec[key]) for key, local in INPUTS.items() if spec.get(key)}
+        paths = {local: Path(str(spec[key])) for key, local in INPUTS.items() if spec.get(key)}
         if "rows.json" in paths:
             paths["rows.json" + IMAGES] = Path(str(paths["rows.json"]) + IMAGES)
         return paths
 
-    def bundle(self, spec: dict[str, Any]) -> tuple[str, list[Any]] | None:
+    def bundle(self, spec: JsonObject) -> tuple[str, list[Any]] | None:
         """The spec's inputs as one archive, put in Ray's object store once per content (the ref in a
         list, so that a slot fetches it only when it lacks that content)."""
         paths = {name: path for name, path in self._local(spec).items() if path.exists()}
@@ -276,7 +293,7 @@ class RayExecutor:
             self._inputs[stamp] = (hashlib.sha256(data).hexdigest()[:20], [ray.put(data)])
         return self._inputs[stamp]
 
-    def received(self, spec: dict[str, Any], data: bytes) -> None:
+    def received(self, spec: JsonObject, data: bytes) -> None:
         """The inputs a frame wrote on its node, written where the driver's spec names them."""
         with tempfile.TemporaryDirectory() as folder:
             unpack(data, Path(folder))

@@ -14,7 +14,7 @@ import stat
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Mapping, Sequence
 
 from ..util.errors import AutotuneError
 from ..util.io import lock, try_lock
@@ -24,17 +24,19 @@ LABEL = "accelerator_type:"
 LOCK = ".slot.lock"
 
 
-def cluster_models(nodes: list[dict[str, Any]]) -> dict[str, float]:
-    """GPU model -> GPUs of that model over the cluster's alive nodes, from Ray's accelerator labels."""
+def cluster_models(nodes: Sequence[Mapping[str, object]]) -> dict[str, float]:
+    """GPU model -> GPUs of that model over the cluster's alive nodes, from Ray's accelerator labels
+    (`ray.nodes()`: Ray's own records, read for `Alive` and `Resources` only)."""
     models: dict[str, float] = {}
     for node in nodes:
-        if not node.get("Alive"):
+        resources = node.get("Resources")
+        if not node.get("Alive") or not isinstance(resources, Mapping):
             continue
-        resources = node.get("Resources", {})
+        gpus = resources.get("GPU")
         for name in resources:
-            if name.startswith(LABEL) and resources.get("GPU"):
+            if name.startswith(LABEL) and gpus:
                 model = name[len(LABEL):]
-                models[model] = models.get(model, 0.0) + resources["GPU"]
+                models[model] = models.get(model, 0.0) + float(gpus)
     return models
 
 

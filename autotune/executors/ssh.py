@@ -27,7 +27,7 @@ import tarfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import paramiko
 
@@ -45,6 +45,20 @@ REMOTE_BASE = ".autotune-remote"
 # this executor's own token, so it never deletes a folder that autotune did not make for this tune.
 MARKER = ".made-by-autotune"
 _DROPPED = (paramiko.SSHException, OSError, EOFError, socket.error)
+
+
+class RemoteFacts(TypedDict, total=False):
+    """What `prepare` found on the box (its probe prints this as JSON): Python, free disk in the home
+    folder, and torch and transformers, or why each failed to import."""
+
+    python: str
+    free_gb: float
+    home: str
+    torch: str
+    cuda: bool
+    torch_error: str
+    transformers: str
+    transformers_error: str
 
 
 def _package() -> bytes:
@@ -105,7 +119,7 @@ class SSHExecutor:
         return out
 
     # -- the remote box ---------------------------------------------------------------------------
-    def prepare(self) -> dict[str, Any]:
+    def prepare(self) -> RemoteFacts:
         """Connect, check the remote Python, torch, CUDA and disk, and send the package."""
         self.connect()
         probe = ("import json, shutil, sys, os\nfacts = {'python': sys.version.split()[0], "
@@ -119,10 +133,10 @@ class SSHExecutor:
         except AutotuneError as error:
             raise AutotuneError(f"host {self.host}: cannot run {self.python} there ({error}); give ssh_python=PATH "
                                 "of a Python 3.10+ with torch and transformers") from None
-        for missing in ("torch", "transformers"):
-            if f"{missing}_error" in facts:
+        for missing, error in (("torch", facts.get("torch_error")), ("transformers", facts.get("transformers_error"))):
+            if error is not None:
                 raise AutotuneError(f"host {self.host}: {self.python} cannot import {missing} "
-                                    f"({facts[f'{missing}_error']}); install it there or give ssh_python=PATH")
+                                    f"({error}); install it there or give ssh_python=PATH")
         if facts["free_gb"] < 1:
             raise AutotuneError(f"host {self.host}: only {facts['free_gb']:.2f} GB free in {facts['home']}; free space")
         self._make_remote_run(f"{facts['home']}/{REMOTE_BASE}")
@@ -204,7 +218,7 @@ class SSHExecutor:
             self._kill(remote)
             raise
 
-    def _wait(self, remote: str, trial_dir: Path, started: float, deadline: float) -> dict[str, Any]:
+    def _wait(self, remote: str, trial_dir: Path, started: float, deadline: float) -> JsonObject:
         last_beat, last_change = None, time.monotonic()
         while True:
             try:
@@ -234,7 +248,7 @@ class SSHExecutor:
                         "stopped", "wall_s": round(now - started, 3), "exit_code": None}
             time.sleep(POLL_S)
 
-    def _finish(self, sftp: Any, remote: str, trial_dir: Path, started: float, names: set[str]) -> dict[str, Any]:
+    def _finish(self, sftp: Any, remote: str, trial_dir: Path, started: float, names: set[str]) -> JsonObject:
         for name in ("stdout.txt", "stderr.txt"):
             if name in names:
                 sftp.get(f"{remote}/{name}", str(trial_dir / name))

@@ -13,6 +13,8 @@ from typing import Mapping
 TMP_PATH_MAX = 64
 # The caches torch.compile writes, by the variable that places each and its folder under TMPDIR.
 CACHE_FOLDERS = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"))
+# Names the fork server's own folder to the server (forkserver_home.py), which removes it when it ends.
+FORKSERVER_HOME_ENV = "AUTOTUNE_FORKSERVER_HOME"
 
 
 def short_base() -> Path:

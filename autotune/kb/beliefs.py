@@ -18,16 +18,20 @@ import json
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable, cast
 
 import networkx as nx
 
+from ..config.types import JsonValue, KnobValue
 from ..util.errors import RecordError
 from .claims import Claim, Evidence, Update
 from .features import FeatureView
+from .rows import BeliefsExport, ClaimDefinition, ClaimEvent
 from .store import Store
 
 PRIORS = "priors.json"
+# What makes two events the same (an event repeated is folded once): op, claim, evidence's experiment, children.
+EventKey = tuple[str, str, JsonValue, tuple[str, ...]]
 
 
 def load_priors() -> list[Claim]:
@@ -46,18 +50,19 @@ class Beliefs:
     def __init__(self, store: Store | None = None, priors: Iterable[Claim] | None = None) -> None:
         self.store = store
         self._claims: dict[str, Claim] = {}
-        self._history: list[dict[str, Any]] = []
-        self._seen_events: set[tuple[Any, ...]] = set()
+        self._history: list[ClaimEvent] = []
+        self._seen_events: set[EventKey] = set()
         self._pending: dict[str, list[Evidence]] | None = None
         for claim in (load_priors() if priors is None else priors):
             self._claims.setdefault(claim.id, claim)
         if store is not None:
+            # The store checked every record against its schema; beliefs.py wrote them in these shapes.
             for definition in store.view("claims"):
                 claim = Claim.from_definition(definition)
                 self._claims.setdefault(claim.id, claim)
             # Evidence is gathered per claim and attached once (10,000 events in well under a second).
             self._pending = {}
-            for event in store.view("claim_history"):
+            for event in cast("list[ClaimEvent]", store.view("claim_history")):
                 self._fold(event)
             self._flush()
         self._pending = None
@@ -74,13 +79,13 @@ class Beliefs:
     def __contains__(self, claim_id: str) -> bool:
         return claim_id in self._claims
 
-    def history(self, claim_id: str | None = None) -> list[dict[str, Any]]:
+    def history(self, claim_id: str | None = None) -> list[ClaimEvent]:
         """Events in the order they were applied; for one claim, also those that created it."""
         if claim_id is None:
             return list(self._history)
         return [e for e in self._history if e["claim"] == claim_id or claim_id in e.get("children", ())]
 
-    def matching(self, knob: str, value: Any, start: Any, features: FeatureView) -> list[Claim]:
+    def matching(self, knob: str, value: KnobValue, start: KnobValue, features: FeatureView) -> list[Claim]:
         return [c for c in self._claims.values() if c.active and c.matches(knob, value, start, features)]
 
     def relations(self, kind: str) -> list[tuple[Claim, str]]:
@@ -121,7 +126,7 @@ class Beliefs:
         return sorted(tree.predecessors(claim_id)) if claim_id in tree else []
 
     # -- the one mutator ------------------------------------------------------------------------
-    def apply(self, updates: Iterable[Update], run: str = "") -> list[dict[str, Any]]:
+    def apply(self, updates: Iterable[Update], run: str = "") -> list[ClaimEvent]:
         """Write the updates to the store (definitions first, then events) and fold them in.
 
         Returns the events applied; an update that repeats an event already folded (the same
@@ -133,17 +138,17 @@ class Beliefs:
         return self.fold(definitions, events)
 
     def plan(self, updates: Iterable[Update], run: str = "",
-             define: Iterable[Claim] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+             define: Iterable[Claim] = ()) -> tuple[list[ClaimDefinition], list[ClaimEvent]]:
         """(new claim definitions, new events) that `apply` would write, writing nothing; `define`
         adds claims to write first (an import's), so its events may speak of them."""
-        definitions: list[dict[str, Any]] = [c.definition() for c in define if c.id not in self._claims]
-        events: list[dict[str, Any]] = []
-        batch: set[tuple[Any, ...]] = set()
+        definitions = [c.definition() for c in define if c.id not in self._claims]
+        events: list[ClaimEvent] = []
+        batch: set[EventKey] = set()
         for update in updates:
             for child in update.children:
                 if child.id not in self._claims and all(d["id"] != child.id for d in definitions):
                     definitions.append(child.definition())
-            event = {"schema_version": 1, "op": update.op, "claim": update.claim, "reason": update.reason,
+            event: ClaimEvent = {"schema_version": 1, "op": update.op, "claim": update.claim, "reason": update.reason,
                      "evidence": update.evidence.to_dict() if update.evidence else None,
                      "children": [c.id for c in update.children], "run": run or update.run, "at": _now()}
             if self._event_key(event) in self._seen_events or self._event_key(event) in batch:
@@ -154,7 +159,7 @@ class Beliefs:
             events.append(event)
         return definitions, events
 
-    def fold(self, definitions: list[dict[str, Any]], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def fold(self, definitions: list[ClaimDefinition], events: list[ClaimEvent]) -> list[ClaimEvent]:
         """Take in definitions and events `plan` made once they are written; returns the events folded."""
         for definition in definitions:
             claim = Claim.from_definition(definition)
@@ -166,23 +171,23 @@ class Beliefs:
         return applied
 
     @staticmethod
-    def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
+    def _event_key(event: ClaimEvent) -> EventKey:
         evidence = event.get("evidence") or {}
         return (event["op"], event["claim"], evidence.get("experiment"), tuple(event.get("children") or ()))
 
-    def _fold(self, event: dict[str, Any]) -> bool:
+    def _fold(self, event: ClaimEvent) -> bool:
         key = self._event_key(event)
         claim = self._claims.get(event["claim"])
         if key in self._seen_events or claim is None:
             return False
         self._seen_events.add(key)
         self._history.append(event)
-        op = event["op"]
-        if op in ("confirm", "weaken") and event.get("evidence"):
+        op, evidence = event["op"], event.get("evidence")
+        if op in ("confirm", "weaken") and evidence:
             if self._pending is not None:
-                self._pending.setdefault(claim.id, []).append(Evidence.from_dict(event["evidence"]))
+                self._pending.setdefault(claim.id, []).append(Evidence.from_dict(evidence))
             else:
-                self._claims[claim.id] = claim.with_evidence(Evidence.from_dict(event["evidence"]))
+                self._claims[claim.id] = claim.with_evidence(Evidence.from_dict(evidence))
             return True
         self._flush()
         claim = self._claims[claim.id]
@@ -205,7 +210,7 @@ class Beliefs:
             self._pending.clear()
 
     # -- sharing ----------------------------------------------------------------------------
-    def export(self) -> dict[str, Any]:
+    def export(self) -> BeliefsExport:
         """Everything learned here (not the shipped priors' definitions), for `kb import` elsewhere."""
         learned = [c.definition() for c in self._claims.values() if c.origin != "prior"]
         return {"schema_version": 1, "claims": learned, "claim_history": self.history()}

@@ -16,12 +16,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 from ..util.errors import RecordError
 from ..config.knobs import CATALOG
-from ..config.types import JsonObject
+from ..config.types import JsonObject, JsonValue
 from .features import Features, FeatureView
+from .rows import ClaimDefinition
 
 OPS = (">=", "<=", "!=", "==", ">", "<")
 INT_KNOBS = tuple(name for name, knob in CATALOG.items() if knob.kind == "int")
@@ -213,7 +214,7 @@ class Claim:
         return replace(self, evidence=self.evidence + tuple(added)) if added else self
 
     # -- records ----------------------------------------------------------------------------
-    def definition(self) -> JsonObject:
+    def definition(self) -> ClaimDefinition:
         """The record written once to the claims table (evidence and status live in the history)."""
         return {"schema_version": 1, "id": self.id, "knob": self.knob, "value": self.value, "from": self.start,
                 "direction": self.direction, "ratio": self.ratio, "condition": condition_text(self.condition),
@@ -224,7 +225,8 @@ class Claim:
     def to_dict(self) -> JsonObject:
         """The folded view, for `kb show` and `suggest --json`."""
         a, b = self.posterior
-        return {**self.definition(), "status": self.status, "status_reason": self.status_reason,
+        definition: Mapping[str, JsonValue] = cast("Mapping[str, JsonValue]", self.definition())  # JSON values all
+        return {**definition, "status": self.status, "status_reason": self.status_reason,
                 "confidence": round(self.confidence, 4), "posterior": [a, b],
                 "expected_ratio": round(self.expected_ratio, 4),
                 "evidence": [e.to_dict() for e in self.evidence]}

@@ -13,11 +13,12 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from ..config.knobs import Knobs
 from ..config.types import JsonObject
 from .features import FeatureView, distance
+from .rows import KbMeasurement, RunRow, TrialRow
 from .store import Store
 
 # How unlike a past job may be and still warm-start this one (kb.features.distance: 1 per differing
@@ -52,8 +53,8 @@ def new_run_id(run: str) -> str:
     return f"{run}@{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
 
-def _slim(measurement: Mapping[str, Any]) -> JsonObject:
-    return {k: measurement[k] for k in _KEPT if k in measurement}
+def _slim(measurement: Mapping[str, Any]) -> KbMeasurement:
+    return cast(KbMeasurement, {k: measurement[k] for k in _KEPT if k in measurement})
 
 
 class Experience:
@@ -66,16 +67,18 @@ class Experience:
     def record_trial(self, run_id: str, identity: Identity, features: FeatureView,
                      incumbent: Knobs, record: Mapping[str, Any], hypothesis: Mapping[str, Any] | None = None) -> int:
         """One trial (the baseline is trial 0); `identity` holds job and device fingerprints and software."""
-        trial = {
+        trial: TrialRow = {
             "schema_version": 1, "run_id": run_id, "run": record["run"], "trial": record["trial"],
-            "experiment": f"{run_id}#{record['trial']}", **identity.to_dict(), "features": features,
+            "experiment": f"{run_id}#{record['trial']}", "job_fingerprint": identity.job_fingerprint,
+            "device_fingerprint": identity.device_fingerprint, "software": dict(identity.software), "features": dict(features),
             "incumbent_knobs": incumbent.to_dict(), "knobs": record["knobs"], "change": record["change"],
             "state": record["state"], "decision": record["decision"], "reason": record["reason"],
             "ratio": record.get("ratio"), "interval": record.get("interval"),
             "confidence": record.get("confidence"), "samples_per_s": record.get("samples_per_s"),
             "incumbent_samples_per_s": record.get("incumbent_samples_per_s"),
             "noise_floor": record.get("noise_floor"), "parity": record.get("parity"),
-            "measurements": [_slim(m) for m in record.get("measurements", [])], "hypothesis": hypothesis,
+            "measurements": [_slim(m) for m in record.get("measurements", [])],
+            "hypothesis": None if hypothesis is None else dict(hypothesis),
             "wall_s": record.get("wall_s"), "replayed_from": record.get("replayed_from"),
         }
         return self.store.append("trials", trial)
@@ -87,29 +90,31 @@ class Experience:
                                           "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
 
     # -- reading ----------------------------------------------------------------------------
-    def runs(self, job_fingerprint: str | None = None, device_fingerprint: str | None = None) -> list[dict[str, Any]]:
+    # The store checked each record against its table's schema on the way in and out, and this module
+    # wrote them all: the casts say which shape (rows.py), they convert nothing.
+    def runs(self, job_fingerprint: str | None = None, device_fingerprint: str | None = None) -> list[RunRow]:
         equals = {k: v for k, v in (("job_fingerprint", job_fingerprint),
                                     ("device_fingerprint", device_fingerprint)) if v}
-        return self.store.search("runs", **equals) if equals else self.store.all("runs")
+        return cast("list[RunRow]", self.store.search("runs", **equals) if equals else self.store.all("runs"))
 
-    def trials(self, run_id: str | None = None) -> list[dict[str, Any]]:
-        return self.store.search("trials", run_id=run_id) if run_id else self.store.all("trials")
+    def trials(self, run_id: str | None = None) -> list[TrialRow]:
+        return cast("list[TrialRow]", self.store.search("trials", run_id=run_id) if run_id else self.store.all("trials"))
 
-    def replay(self, identity: Identity, incumbent: Knobs, knobs: Knobs) -> dict[str, Any] | None:
+    def replay(self, identity: Identity, incumbent: Knobs, knobs: Knobs) -> TrialRow | None:
         """The latest trial of the same spec on the same device and software, if one ended in a
         state that says something (a timeout from a spent budget does not)."""
-        found = [t for t in self.store.search("trials", job_fingerprint=identity.job_fingerprint,
-                                              device_fingerprint=identity.device_fingerprint)
+        found = [t for t in cast("list[TrialRow]", self.store.search(
+                     "trials", job_fingerprint=identity.job_fingerprint, device_fingerprint=identity.device_fingerprint))
                  if t.get("software") == identity.software and t["knobs"] == knobs.to_dict()
                  and t["incumbent_knobs"] == incumbent.to_dict() and t["state"] in ("complete", "oom", "crash", "invalid")
                  and (t["trial"] == 0 or t["decision"] != "baseline")]
         return found[-1] if found else None
 
     def similar_run(self, features: FeatureView, device_kind: str | None,
-                    exclude_job: str | None = None) -> dict[str, Any] | None:
+                    exclude_job: str | None = None) -> RunRow | None:
         """The nearest past run of the same model family on the same kind of device whose best
         config beat its baseline, within WARM_DISTANCE of this job's features."""
-        candidates = [r for r in self.store.all("runs")
+        candidates = [r for r in self.runs()
                       if r.get("features", {}).get("model_family") == features.get("model_family")
                       and r.get("features", {}).get("device_kind") == device_kind
                       and r.get("best", {}).get("trial", 0) > 0 and r.get("job_fingerprint") != exclude_job]

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from ..config.types import JsonObject
 from ..util.errors import RecordError
 from ..util.io import locked, write_json_atomic
 
@@ -29,7 +30,8 @@ def _locked(folder: Path) -> Iterator[None]:
         yield
 
 
-def read_peak_cache(folder: Path) -> dict[str, Any]:
+def read_peak_cache(folder: Path) -> JsonObject:
+    """Measured peaks by device fingerprint, each entry as the device probe reported it (an open set of facts)."""
     path = folder / PEAKS_FILE
     if not path.exists():
         return {}
@@ -37,7 +39,7 @@ def read_peak_cache(folder: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as error:
         raise RecordError(f"{path} is corrupt ({error.msg}); delete it and the peaks are measured again") from error
-    peaks: dict[str, Any] = data.get("peaks", {})
+    peaks: JsonObject = data.get("peaks", {})
     return peaks
 
 

@@ -44,6 +44,7 @@ from typing import Any, Iterable, Mapping
 from tinydb import TinyDB, where
 from tinydb.storages import Storage
 
+from ..config.types import JsonObject, JsonValue
 from ..util.errors import RecordError
 from ..util.io import DiskError, fsync_dir, write_all
 from ..schemas import violation
@@ -84,16 +85,15 @@ class TornLineError(CorruptFileError):
 class _ReadOnlyStorage(Storage):
     """tinydb storage over the records the Store loaded from the files; tinydb never writes through it."""
 
-    def __init__(self, tables: dict[str, dict[int, dict[str, Any]]]):
+    def __init__(self, tables: dict[str, dict[int, JsonObject]]):
         super().__init__()
         self._tables = tables
 
-    def read(self) -> dict[str, dict[int, dict[str, Any]]]:  # type: ignore[override]  # tinydb's stub: str ids
+    def read(self) -> dict[str, dict[int, JsonObject]]:  # type: ignore[override]  # tinydb's stub: str ids
         return self._tables
 
     def write(self, data: Any) -> None:
-        raise RecordError("knowledge-base records are only appended, through Store.append; "
-                          "tinydb may not rewrite them")
+        raise RecordError("knowledge-base records are only appended, through Store.append; tinydb may not rewrite them")
 
 
 @dataclass
@@ -106,7 +106,7 @@ class _Table:
     identity: tuple[int, int, int] | None = None  # (device, inode, mtime_ns) when last in step with the file
     hasher: Any = field(default_factory=hashlib.sha256)  # sha256 of the `offset` bytes parsed so far
     unchecked: int = 0         # lines schema-checked since the checked-prefix cache was last written
-    docs: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> record, what tinydb queries
+    docs: dict[int, JsonObject] = field(default_factory=dict)  # id -> record, what tinydb queries
     raw: dict[int, bytes] = field(default_factory=dict)             # id -> its line, to hand out fresh copies
 
 
@@ -139,7 +139,7 @@ class Store:
 
     # -------------------------------------------------------------------------------------- writing
 
-    def append(self, table: str, record: Mapping[str, Any]) -> int:
+    def append(self, table: str, record: Mapping[str, object]) -> int:
         """Validate `record`, append it durably, and return its id (1, 2, ... within the table).
 
         Raises InvalidRecordError (nothing written) for a record its schema refuses or that is not
@@ -147,7 +147,7 @@ class Store:
         """
         return self.extend(table, [record])[0]
 
-    def extend(self, table: str, records: Iterable[Mapping[str, Any]]) -> list[int]:
+    def extend(self, table: str, records: Iterable[Mapping[str, object]]) -> list[int]:
         """Append many records with one write and one fsync (an import); returns their ids in order.
 
         Every record is checked before anything is written: one bad record and none is written. A
@@ -156,7 +156,7 @@ class Store:
         """
         return self.extend_all({table: records})[table]
 
-    def extend_all(self, batches: Mapping[str, Iterable[Mapping[str, Any]]]) -> dict[str, list[int]]:
+    def extend_all(self, batches: Mapping[str, Iterable[Mapping[str, object]]]) -> dict[str, list[int]]:
         """Append to several tables as one change (an import): {table: records} -> {table: ids}.
 
         Every record of every table is checked first, then all are written under one exclusive lock;
@@ -196,7 +196,7 @@ class Store:
                 result[table] = ids
         return result
 
-    def _write(self, table: str, state: _Table, checked: list[dict[str, Any]]) -> tuple[list[int], list[bytes], Any, int]:
+    def _write(self, table: str, state: _Table, checked: list[JsonObject]) -> tuple[list[int], list[bytes], os.stat_result, int]:
         """Append checked records to one table file (under the exclusive lock): (ids, lines, stat, start)."""
         self._refresh(table, state)
         ids = list(range(state.last_id + 1, state.last_id + 1 + len(checked)))
@@ -231,11 +231,11 @@ class Store:
 
     # -------------------------------------------------------------------------------------- reading
 
-    def all(self, table: str) -> list[dict[str, Any]]:
+    def all(self, table: str) -> list[JsonObject]:
         """Every record of the table, oldest first."""
         return [record for _, record in self.items(table)]
 
-    def view(self, table: str) -> list[dict[str, Any]]:
+    def view(self, table: str) -> list[JsonObject]:
         """Every record, oldest first, as held in memory: no copy, so twice as fast as `all` for a
         reader that only reads (the beliefs fold). Changing one changes what this Store hands out."""
         state = self._table(table)
@@ -243,14 +243,14 @@ class Store:
             self._read(table, state)
             return list(state.docs.values())
 
-    def search(self, table: str, /, **equals: Any) -> list[dict[str, Any]]:
+    def search(self, table: str, /, **equals: JsonValue) -> list[JsonObject]:
         """Records whose top-level fields equal the given values, oldest first.
 
         `store.search("runs", job_fingerprint=j, device_fingerprint=d)` is the experience lookup.
         """
         return [record for _, record in self.items(table, **equals)]
 
-    def items(self, table: str, /, **equals: Any) -> list[tuple[int, dict[str, Any]]]:
+    def items(self, table: str, /, **equals: JsonValue) -> list[tuple[int, JsonObject]]:
         """(id, record) pairs of the records matching `equals` (all of them when none is given)."""
         state = self._table(table)
         with self._mutex:
@@ -262,7 +262,7 @@ class Store:
                 ids = list(state.docs)
             return [(i, json.loads(state.raw[i])["record"]) for i in ids]
 
-    def get(self, table: str, record_id: int) -> dict[str, Any] | None:
+    def get(self, table: str, record_id: int) -> JsonObject | None:
         """The record with this id, or None."""
         state = self._table(table)
         with self._mutex:
@@ -272,14 +272,14 @@ class Store:
 
     # ------------------------------------------------------------------------------------- internals
 
-    def _checked(self, table: str, state: _Table, record: Any, n: int) -> dict[str, Any]:
+    def _checked(self, table: str, state: _Table, record: object, n: int) -> JsonObject:
         """The record as a reader will get it back (plain JSON), once its schema accepts it."""
         which = f"{table} record" if n == 0 else f"{table} record #{n + 1} of the batch"
         if not isinstance(record, Mapping):
             raise InvalidRecordError(
                 f"{which} must be a JSON object, not {type(record).__name__}; nothing was written")
         try:
-            plain: dict[str, Any] = json.loads(json.dumps(record, allow_nan=False))
+            plain: JsonObject = json.loads(json.dumps(record, allow_nan=False))
         except (TypeError, ValueError) as error:
             raise InvalidRecordError(f"{which} is not plain JSON ({error}); nothing was written") from None
         problem = violation(state.schema, plain)
@@ -375,7 +375,7 @@ class Store:
                 f"record is lost. To recover, run `autotune kb repair --kb {shlex.quote(str(self.folder))}` "
                 f"(add --dry-run to see it first), which removes only that line (or delete that last line by hand)"))
 
-    def _check_line(self, state: _Table, number: int, line: bytes, checked: bool) -> tuple[int, dict[str, Any]]:
+    def _check_line(self, state: _Table, number: int, line: bytes, checked: bool) -> tuple[int, JsonObject]:
         def corrupt(why: str) -> CorruptFileError:
             return CorruptFileError(state.path, number, (
                 f"{state.path}, line {number}: {why}. The other lines are intact. To recover, correct that line "

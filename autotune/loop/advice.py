@@ -253,7 +253,8 @@ def features_from_words(words: list[str]) -> Words:
     features.update(knob_features(knobs))
     capability = next((cc for cards, cc in CAPABILITY if known in cards), "") if known else ""
     # A card with the [gpu] extra installed; FlashAttention-3 and fp8 where its compute capability has them.
-    device = {"kind": "cuda", "bf16": features["bf16_supported"], "tf32": features["bf16_supported"],
+    bf16 = bool(features["bf16_supported"])
+    device: Device = {"kind": "cuda", "bf16": bf16, "tf32": bf16,
               "flash_attn": True, "flash_attn_3": capability.startswith("9."), "compile": True, "fused_adamw": True,
               "cpu_count": 8, "memory_bytes": int((gpu_mem_gb or 0) * 1e9), "capability": capability,
               "liger": True, "bitsandbytes": True, "torchao": True}

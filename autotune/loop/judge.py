@@ -14,6 +14,7 @@ from . import keep_rule
 from ..config.job import Job
 from ..config.knobs import CATALOG, NUMERICS, Knobs, numerics_changes
 from ..config.measurement import Measurement, Parity
+from ..config.messages import RunResult
 from ..config.records import TrialRecord
 from .outcome import Incumbent
 from ..probes import parity, row_parity, stats
@@ -86,6 +87,16 @@ def fits(measurement: Measurement) -> str:
         unchecked = measurement.ceiling_unchecked
         return f"; worst-case batch not checked: {unchecked}" if unchecked else ""
     return f"; worst-case batch fits ({ceiling.bytes / 2**30:.2f} of {ceiling.limit_bytes / 2**30:.2f} GiB)"
+
+
+def work_note(runs: Sequence[RunResult]) -> str:
+    """What a kept change's note says where its runs trained other rows than the baseline's."""
+    factors = [r.measurement.work_factor for r in runs if r.measurement is not None]
+    seen = [f for f in factors if f is not None]
+    if not seen:
+        return ""
+    return (f"; its measured steps trained other rows than the baseline's (x{min(seen):.2f}-x{max(seen):.2f} the "
+            "real tokens): compared per real token, at the baseline's work")
 
 
 def min_gain(job: Job) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from ..config.types import device_facts_of
 from ..config.job import Job
 from ..config.messages import RunResult
 from ..config.types import Device, JsonObject
@@ -20,8 +21,7 @@ Frame = JsonObject
 
 def device_of(frame: Frame) -> Device:
     """The device facts of the frame (probes/device.py)."""
-    device = frame.get("device")
-    return device if isinstance(device, Mapping) else {}
+    return device_facts_of(frame.get("device"))
 
 
 def limits_of(frame: Frame) -> list[Mapping[str, Any]]:

@@ -35,6 +35,8 @@ class Meter:
     peaks: JsonObject
     counts: RunCounts
     display: Any = None
+    # A script's baseline window's real tokens: its trials are measured at that work (Measurement.at_work).
+    work: int | None = None
 
     @property
     def job(self) -> Job:
@@ -63,6 +65,7 @@ class Meter:
         if result.measurement is not None and result.state == "complete" and result.placement:
             # Which card: comparisons stay on one.
             result = replace(result, measurement=result.measurement.placed(result.placement))
+        result = at_baseline_work(result, self.work, self.job.script is not None)
         if result.state == "timeout" and by_budget:
             result = replace(result, reason=f"stopped at the end of the time budget ({self.job.time_budget_s}s)")
             counts.budget_spent = True
@@ -75,6 +78,16 @@ class Meter:
         """Whether `runs` more measurements fit in the time budget (trial_spec.room_for)."""
         counts = self.counts
         return trial_spec.room_for(self.job, counts.started, counts.walls, counts.budget_spent, runs)
+
+
+def at_baseline_work(result: RunResult, work: int | None, script: bool) -> RunResult:
+    """A complete run of a user's script at the baseline window's work (`work`, its real tokens:
+    Measurement.at_work). Only a script draws its own rows; the built-in runners measure the same rows
+    in every trial, and an allowed image-size cap trains fewer tokens per row by design."""
+    if not (script and work and result.state == "complete" and result.measurement is not None):
+        return result
+    scaled = result.measurement.at_work(work)
+    return result if scaled is result.measurement else replace(result, measurement=scaled)
 
 
 def more_pairs(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], trial: int, hypothesis: Hypothesis,

@@ -78,7 +78,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         if screened:
             return finish("discard", f"not faster after one run: {verdict.reason}")
         if kept:
-            return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}")
+            return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}{judge.work_note(results)}")
     if not fresh and steps.keep_rule.looks_at_second_run:
         # The second run first: against the incumbent's runs so far it may decide (keep_rule.reuse_look).
         results.append(meter.measure(knobs, trial, f"{hypothesis.change} (2/2)"))
@@ -86,7 +86,7 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         if look is not None and look.verdict != "no difference":
             verdict = look
             if look.verdict == "faster":
-                return finish("keep", f"{look.reason}; {parity_result.reason}{judge.fits(measurement)}")
+                return finish("keep", f"{look.reason}; {parity_result.reason}{judge.fits(measurement)}{judge.work_note(results)}")
             return finish("discard", f"not faster after two runs: {look.reason}")
     second = results[-1] if len(results) > 1 else None
     if second is not None and second.state != "complete":
@@ -112,4 +112,4 @@ def run_trial(meter: Meter, steps: StepBudget, records: Sequence[TrialRecord], t
         return finish("discard", f"an extra run ended {failed.state}: {failed.reason}", failed.state)
     if verdict.verdict != "faster":
         return finish("discard", verdict.reason)
-    return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}")
+    return finish("keep", f"{verdict.reason}; {parity_result.reason}{judge.fits(measurement)}{judge.work_note(results)}")

@@ -26,7 +26,9 @@ from typing import Any
 
 from ..util.errors import AutotuneError
 from ..executors.base import Executor
+from ..config.types import peaks_json
 from ..config.job import Job
+from ..workloads.jobs import completed
 from ..kb import kb_folder, read_peak_cache, remember_peaks
 from ..config.knobs import Knobs, numerics_limits
 from ..config.measurement import Decision, Measurement
@@ -60,6 +62,9 @@ class Tuner:
 
     def __init__(self, job: Job, executor: Executor, root: Path, display: Any = None,
                  inject: dict[int, str] | None = None, fresh: bool = False) -> None:
+        # A Job built in Python gets the defaults its words would (workloads/jobs.py); autotune.tune has
+        # checked it as the words are, and a resumed or replayed job was checked when it was made.
+        job = completed(job, check=False)
         self.job, self.executor, self.display = job, executor, display
         self.folder = RunFolder(root, job.run)
         self.kb = kb_folder(job.kb)
@@ -111,7 +116,9 @@ class Tuner:
 
     def meter(self) -> Meter:
         """A Meter on a copy of the state's run counters (`tell`, or `measure`, takes them back)."""
-        return Meter(self.executor, self.specs, self.state.peaks, self.state.counts(), self.display)
+        records = self.state.records
+        work = records[0].measurements[0].window_tokens if records and records[0].measurements else None
+        return Meter(self.executor, self.specs, self.state.peaks, self.state.counts(), self.display, work)
 
     def measure(self, knobs: Knobs, trial: int, label: str, ceiling: bool = False) -> RunResult:
         """One run of `knobs` in a fresh child process (with the worst-case batch when `ceiling`), counted
@@ -137,7 +144,7 @@ class Tuner:
         frame: Frame = thawed(result.frame)
         peaks = device_of(frame)["peaks"]
         remember_peaks(self.kb, peaks)
-        self.state.peaks = peaks
+        self.state.peaks = peaks_json(peaks)
         self.memory.start(frame)
         write_json_atomic(self.folder.frame, {"schema_version": 1, **frame})
         return frame

@@ -19,6 +19,9 @@ from rich.markup import escape
 from rich.spinner import Spinner
 from rich.table import Table
 
+from ..config.records import RecordLike, Source, typed
+from .documents import LlmCall
+
 DECISION_STYLE = {"keep": "bold green", "discard": "dim", "baseline": "cyan"}
 
 
@@ -106,22 +109,24 @@ class Progress:
             self.live = Live(self, console=self.console, refresh_per_second=4, transient=True)
             self.live.start()
 
-    def finished(self, record: dict[str, Any]) -> None:
-        if record["decision"] == "baseline":
-            self.baseline = self.best = record["samples_per_s"]
-        elif record["decision"] == "keep" and record.get("ratio"):
-            self.speedup *= record["ratio"]
-            self.best, self.best_trial = record["samples_per_s"], record["trial"]
-        speed = f"{record['samples_per_s']:.3f} samples/s" if record["samples_per_s"] else record["state"]
-        ratio = f" x{record['ratio']:.3f}" if record.get("ratio") else ""
-        style = DECISION_STYLE.get(record["decision"], "")
-        change = shown(record["change"] or "baseline")
-        source = " (LLM)" if (record.get("hypothesis") or {}).get("source") == "llm" else ""
-        self.console.print(f"{self._elapsed()} #{record['trial']:<3} {change + source:<40} {speed}{ratio}  "
-                           f"[{style}]{record['decision']}[/{style}]  {shown(record['reason'])}", highlight=False,
+    def finished(self, stored: RecordLike) -> None:
+        """A trial's line; `stored`: its record as the tuner appended it, or as `resume` read it back."""
+        record = typed([stored])[0]
+        if record.decision == "baseline":
+            self.baseline = self.best = record.samples_per_s
+        elif record.decision == "keep" and record.ratio:
+            self.speedup *= record.ratio
+            self.best, self.best_trial = record.samples_per_s, record.trial
+        speed = f"{record.samples_per_s:.3f} samples/s" if record.samples_per_s else record.state
+        ratio = f" x{record.ratio:.3f}" if record.ratio else ""
+        style = DECISION_STYLE.get(record.decision, "")
+        change = shown(record.change or "baseline")
+        source = " (LLM)" if record.source == Source.LLM else ""
+        self.console.print(f"{self._elapsed()} #{record.trial:<3} {change + source:<40} {speed}{ratio}  "
+                           f"[{style}]{record.decision}[/{style}]  {shown(record.reason)}", highlight=False,
                            soft_wrap=not self.interactive)  # a log line stays one line, whatever the width
 
-    def llm(self, call: dict[str, Any]) -> None:
+    def llm(self, call: LlmCall) -> None:
         """One line per LLM call: what it proposed that passed, what was rejected, or why it failed."""
         if call["state"] == "failed":
             text = f"LLM {call['model']}: no proposal ({call['error']}); using the ranking"

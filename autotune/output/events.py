@@ -11,6 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..config.records import RecordLike
+from .documents import LlmCall
+
 LOGGER = logging.getLogger("autotune")
 EVENT = "autotune_event"
 
@@ -19,7 +22,7 @@ def _emit(text: str, method: str, *args: Any) -> None:
     LOGGER.info("%s", text, extra={EVENT: (method, args)})
 
 
-def trial_line(record: Any) -> str:
+def trial_line(record: RecordLike) -> str:
     """One plain line per trial: number, change, speed, decision, reason."""
     speed = f"{record['samples_per_s']:.3f} samples/s" if record["samples_per_s"] else record["state"]
     ratio = f" x{record['ratio']:.3f}" if record.get("ratio") else ""
@@ -33,10 +36,10 @@ class Events:
     def running(self, trial: int | None, label: str) -> None:
         LOGGER.debug("%s", f"trial {trial}: {label}" if trial else label, extra={EVENT: ("running", (trial, label))})
 
-    def finished(self, record: Any) -> None:
+    def finished(self, record: RecordLike) -> None:
         _emit(trial_line(record), "finished", record)
 
-    def llm(self, call: dict[str, Any]) -> None:
+    def llm(self, call: LlmCall) -> None:
         proposed = ", ".join(a["change"] for a in call.get("accepted") or []) or "nothing usable"
         text = (f"LLM {call['model']}: no proposal ({call['error']})" if call["state"] == "failed"
                 else f"LLM {call['model']}: proposes {proposed}")

@@ -14,13 +14,15 @@ import os
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from matplotlib.figure import Figure
 
 from ..kb.beliefs import Beliefs, draw
 from ..kb.claims import condition_text
 from ..kb.folder import kb_folder
+from ..kb.experience import Experience
+from ..kb.rows import RunRow, TrialRow
 from ..kb.store import Store
 
 PRIOR = "prior"                       # the first column of a confidence-by-run table: before any run
@@ -38,9 +40,25 @@ def open_kb(folder: str | Path = "") -> tuple[Path, Store | None, Beliefs]:
 
 # ----------------------------------------------------------------------------------------- claims
 
-def claim_rows(beliefs: Beliefs) -> list[dict[str, Any]]:
+class ClaimRow(TypedDict):
+    """A claim as the notebooks' table shows it."""
+
+    id: str
+    change: str
+    statement: str
+    condition: str
+    direction: str
+    expected_ratio: float
+    confidence: float
+    evidence: int
+    status: str
+    origin: str
+    parent: str
+
+
+def claim_rows(beliefs: Beliefs) -> list[ClaimRow]:
     """One row per claim, split and deleted ones included (lineage needs them), most evidence first."""
-    rows = []
+    rows: list[ClaimRow] = []
     for claim in beliefs.claims(active_only=False):
         rows.append({"id": claim.id, "change": claim.change, "statement": claim.statement or "-",
                      "condition": condition_text(claim.condition) or "always", "direction": claim.direction,
@@ -140,37 +158,59 @@ def figure_png(figure: Figure) -> bytes:
 
 # ------------------------------------------------------------------------------------------- runs
 
-def find_run(store: Store | None, wanted: str = "") -> dict[str, Any] | None:
+class RunName(TypedDict):
+    """A run the knowledge base holds trials of but no run record (killed before its end)."""
+
+    run_id: str
+    run: str
+
+
+def find_run(store: Store | None, wanted: str = "") -> RunRow | RunName | None:
     """The run record whose run_id or run name is `wanted` (the latest of that name), or the latest
     run when `wanted` is empty. A run killed before its end has trials but no run record: it is
     found from its trials, as {"run_id", "run"}."""
     if store is None:
         return None
-    runs = store.all("runs")
+    experience = Experience(store)
+    runs = experience.runs()
     if not wanted:
         return runs[-1] if runs else None
     matches = [r for r in runs if wanted in (r.get("run_id"), r.get("run"))]
     if matches:
         return matches[-1]
-    trials = [t for t in store.all("trials") if wanted in (t.get("run_id"), t.get("run"))]
+    trials = [t for t in experience.trials() if wanted in (t.get("run_id"), t.get("run"))]
     return {"run_id": trials[-1]["run_id"], "run": trials[-1]["run"]} if trials else None
 
 
-def _peak_mib(trial: dict[str, Any]) -> float | None:
+def _peak_mib(trial: TrialRow) -> float | None:
     peaks = [(m.get("peak_memory") or {}).get("bytes") for m in trial.get("measurements") or []]
     peaks = [p for p in peaks if isinstance(p, (int, float))]
     return round(max(peaks) / 2**20, 1) if peaks else None
 
 
-def trial_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
+class TrialLine(TypedDict):
+    """A trial as the notebooks' table and figure show it."""
+
+    trial: int
+    change: str
+    state: str
+    decision: str
+    samples_per_s: float | None
+    ratio: float | None
+    peak_memory_mib: float | None
+    reason: str
+
+
+def trial_rows(store: Store, run_id: str) -> list[TrialLine]:
     """The run's trials as recorded in the knowledge base, in trial order."""
-    trials = sorted(store.search("trials", run_id=run_id), key=lambda t: t["trial"])
+    found = cast("list[TrialRow]", store.search("trials", run_id=run_id))  # experience.py's rows (kb/rows.py)
+    trials = sorted(found, key=lambda t: t["trial"])
     return [{"trial": t["trial"], "change": t.get("change") or "(baseline)", "state": t["state"],
              "decision": t["decision"], "samples_per_s": t.get("samples_per_s"), "ratio": t.get("ratio"),
              "peak_memory_mib": _peak_mib(t), "reason": t.get("reason", "")} for t in trials]
 
 
-def trials_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
+def trials_figure(rows: list[TrialLine], title: str = "") -> Figure:
     """samples/s per trial, coloured by decision; a trial without a measurement is an x on the axis."""
     figure = Figure(figsize=(9, 4.5))
     axes = figure.subplots()
@@ -199,7 +239,7 @@ def trials_figure(rows: list[dict[str, Any]], title: str = "") -> Figure:
     return figure
 
 
-def run_folder(run: dict[str, Any], folder: str | Path = "") -> Path:
+def run_folder(run: RunRow | RunName, folder: str | Path = "") -> Path:
     """The run's folder: `folder` when given, else where `autotune tune` puts it ($AUTOTUNE_RUNS or runs/)."""
     if folder:
         return Path(folder).expanduser()

@@ -9,7 +9,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+from ..config.records import TrialRecord
+from ..config.types import JsonObject
 
 PHASES = ("data_wait_share", "forward_share", "backward_share", "optimizer_share", "other_share")
 # One colour per phase, the same in every bar: matplotlib's cycle would give each bar new ones.
@@ -29,35 +32,35 @@ def _pyplot() -> Any:
     return plt
 
 
-def progress(records: list[dict[str, Any]], noise_floor: float, path: Path) -> Path:
+def progress(records: Sequence[TrialRecord], noise_floor: float, path: Path) -> Path:
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(9, 4.5))
-    baseline = records[0]["samples_per_s"] or 0.0
+    baseline = records[0].samples_per_s or 0.0
     axes.axhspan(baseline * (1 - noise_floor), baseline * (1 + noise_floor), color="#dddddd",
                  label=f"baseline noise band (±{noise_floor:.1%})")
     best, steps = baseline, []
     for record in records:
-        speed = record["samples_per_s"]
-        if record["decision"] == "keep" and speed:
+        speed = record.samples_per_s
+        if record.decision == "keep" and speed:
             best = speed
         steps.append(best)
         if speed is None:
-            axes.scatter(record["trial"], 0, marker="x", color="black")
-            axes.annotate(record["state"], (record["trial"], 0), textcoords="offset points", xytext=(0, 6),
+            axes.scatter(record.trial, 0, marker="x", color="black")
+            axes.annotate(record.state, (record.trial, 0), textcoords="offset points", xytext=(0, 6),
                           ha="center", fontsize=7)
             continue
-        axes.scatter(record["trial"], speed, color=COLOURS[record["decision"]], zorder=3, s=36)
-        if record["decision"] == "keep":
-            axes.annotate(record["change"], (record["trial"], speed), textcoords="offset points", xytext=(4, 6),
+        axes.scatter(record.trial, speed, color=COLOURS[record.decision], zorder=3, s=36)
+        if record.decision == "keep":
+            axes.annotate(record.change, (record.trial, speed), textcoords="offset points", xytext=(4, 6),
                           fontsize=7, color=COLOURS["keep"])
-    axes.step([r["trial"] for r in records], steps, where="post", color="#2e8b57", alpha=0.6, label="best so far")
+    axes.step([r.trial for r in records], steps, where="post", color="#2e8b57", alpha=0.6, label="best so far")
     for decision, colour in COLOURS.items():
         axes.scatter([], [], color=colour, label=decision)
     axes.set_xlabel("trial")
     axes.set_ylabel("samples/s")
     axes.set_title("samples/s per trial")
     axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    axes.set_xticks([r["trial"] for r in records])
+    axes.set_xticks([r.trial for r in records])
     axes.set_ylim(bottom=0)
     figure.text(0.01, 0.01, "x on the axis: the trial ended without a measurement. Keep or discard is decided by "
                 "interleaved runs beside the incumbent, not by these medians.", fontsize=7, color="#555555")
@@ -65,7 +68,8 @@ def progress(records: list[dict[str, Any]], noise_floor: float, path: Path) -> P
     return _save(plt, figure, path, layout=False)
 
 
-def breakdown(baseline: dict[str, Any] | None, best: dict[str, Any] | None, path: Path) -> Path | None:
+def breakdown(baseline: JsonObject | None, best: JsonObject | None, path: Path) -> Path | None:
+    """`baseline`, `best`: measurements' `breakdown` (each phase's share of a step), where profiled."""
     rows = [(label, shares) for label, shares in (("baseline", baseline), ("best", best)) if shares]
     if not rows:
         return None
@@ -90,7 +94,7 @@ def breakdown(baseline: dict[str, Any] | None, best: dict[str, Any] | None, path
     return _save(plt, figure, path)
 
 
-def memory(records: list[dict[str, Any]], limit: int | None, path: Path) -> Path:
+def memory(records: Sequence[TrialRecord], limit: int | None, path: Path) -> Path:
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(9, 4))
     mib = 2**20
@@ -98,12 +102,12 @@ def memory(records: list[dict[str, Any]], limit: int | None, path: Path) -> Path
     for record in records:
         if record.get("peak_memory_bytes"):
             value = record["peak_memory_bytes"] / mib
-            axes.bar(record["trial"], value, color=COLOURS[record["decision"]], alpha=0.8)
-            axes.annotate(f"{value:.0f}", (record["trial"], value), textcoords="offset points", xytext=(0, 2),
+            axes.bar(record.trial, value, color=COLOURS[record.decision], alpha=0.8)
+            axes.annotate(f"{value:.0f}", (record.trial, value), textcoords="offset points", xytext=(0, 2),
                           ha="center", fontsize=7)
         ceiling = record.get("ceiling")
         if ceiling and ceiling.get("bytes"):
-            axes.scatter(record["trial"], ceiling["bytes"] / mib, marker="_", s=300, color="black", zorder=3)
+            axes.scatter(record.trial, ceiling["bytes"] / mib, marker="_", s=300, color="black", zorder=3)
     if limit:
         axes.axhline(limit / mib, color="#c0392b", linestyle="--", label="memory limit (less the margin)")
     axes.scatter([], [], marker="_", s=300, color="black", label="worst-case batch")
@@ -114,7 +118,7 @@ def memory(records: list[dict[str, Any]], limit: int | None, path: Path) -> Path
     axes.set_ylabel("MiB (log scale)" if log else "MiB")
     axes.set_title("peak memory per trial" + (f" (limit {limit / mib:,.0f} MiB)" if limit else ""))
     axes.legend(fontsize=8)
-    axes.set_xticks([r["trial"] for r in records])
+    axes.set_xticks([r.trial for r in records])
     return _save(plt, figure, path)
 
 

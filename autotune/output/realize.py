@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Sequence, TypedDict, cast
 
 from ..util.io import write_json_atomic
 from .records import RunFolder
 from ..schemas import validate
+from ..config.job import Job
+from ..config.records import RecordLike, typed
+from ..config.types import JsonObject, KnobConfig
+from .documents import Realized
 
 REALIZED = "realized.json"
 # Each file's timed window (2N - N steps) lasts about this long at the loop's speed: long enough that
@@ -25,7 +29,15 @@ ROUNDS = {"smoke": 1, "full": 2}
 RUN_TIMEOUT_S = {"smoke": 150, "full": 1800}
 
 
-def skip_reason(job: Any, frame: dict[str, Any]) -> str:
+class Candidate(TypedDict):
+    """A config the child hands over if it runs: one of the spec's `candidates`."""
+
+    trial: int
+    knobs: KnobConfig
+    steps: int  # N: the file runs N and 2N optimizer steps
+
+
+def skip_reason(job: Job, frame: JsonObject) -> str:
     """Why the files are written but not run ('' when they run)."""
     if not job.realize:
         return "realize=false: the files were written, not run in `trl sft`"
@@ -39,20 +51,21 @@ def skip_reason(job: Any, frame: dict[str, Any]) -> str:
     return ""
 
 
-def candidates(job: Any, records: list[dict[str, Any]], best_trial: int) -> list[dict[str, Any]]:
+def candidates(job: Job, stored: Sequence[RecordLike], best_trial: int) -> list[Candidate]:
     """The kept configs from the best back, then the baseline, each with its N steps."""
-    kept = [r for r in records if r["decision"] == "keep" and r["trial"] <= best_trial]
+    records = typed(stored)
+    kept = [r for r in records if r.decision == "keep" and r.trial <= best_trial]
     mode = "smoke" if job.smoke else "full"
-    chosen = []
+    chosen: list[Candidate] = []
     for record in [*reversed(kept), records[0]]:
-        speed = record.get("samples_per_s") or 0.0
+        speed = record.samples_per_s or 0.0
         step_s = job.effective_batch / speed if speed > 0 else WINDOW_S[mode]
         steps = max(2, min(MAX_STEPS, math.ceil(WINDOW_S[mode] / step_s)))
-        chosen.append({"trial": record["trial"], "knobs": record["knobs"], "steps": steps})
+        chosen.append({"trial": record.trial, "knobs": dict(record.knobs), "steps": steps})
     return chosen
 
 
-def hand_over(folder: RunFolder, job: Any, executor: Any, outcome: Any) -> dict[str, Any] | None:
+def hand_over(folder: RunFolder, job: Job, executor: Any, outcome: Any) -> Realized | None:
     """Run the child and store `realized.json`; None for jobs whose hand-over is not a TRL file."""
     if job.is_mlp or job.script is not None:
         return None
@@ -73,7 +86,7 @@ def hand_over(folder: RunFolder, job: Any, executor: Any, outcome: Any) -> dict[
     runs = 2 + 4 * ROUNDS[mode] + len(chain)
     local = executor if job.host == "local" and hasattr(executor, "run") else LocalExecutor()
     result = local.run(spec, folder.trial_dir("realize"), 300 + runs * RUN_TIMEOUT_S[mode])
-    record = {"schema_version": 1, "loop_best_trial": outcome.best.trial, "loop_speedup": outcome.speedup}
+    record: JsonObject = {"schema_version": 1, "loop_best_trial": outcome.best.trial, "loop_speedup": outcome.speedup}
     if result["state"] != "complete":
         record.update(state="failed", reason=f"the hand-over step ended {result['state']}: {result['reason']}"[:600])
     else:
@@ -86,15 +99,15 @@ def hand_over(folder: RunFolder, job: Any, executor: Any, outcome: Any) -> dict[
                       steps={str(c["trial"]): c["steps"] for c in chain})
     validate("realized", record, str(folder.path / REALIZED))
     write_json_atomic(folder.path / REALIZED, record)
-    return record
+    return cast(Realized, record)  # what the schema just accepted
 
 
-def read(folder: RunFolder) -> dict[str, Any] | None:
+def read(folder: RunFolder) -> Realized | None:
     path = folder.path / REALIZED
-    return json.loads(path.read_text()) if path.exists() else None
+    return cast(Realized, json.loads(path.read_text())) if path.exists() else None  # checked when written
 
 
-def summary(record: dict[str, Any] | None) -> str:
+def summary(record: Realized | None) -> str:
     """One line: the realized speed-up in `trl sft` beside the loop's, or why there is none."""
     if not record:
         return ""

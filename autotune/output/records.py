@@ -19,13 +19,16 @@ import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator, cast
 
 from ..util.errors import DamagedRunError, JobError, RecordError
 from ..config.inputs import check_run_name  # noqa: F401 - where runs/RUN/ names were checked before
 from ..config.inputs import read_text, special
 from ..util.io import LockHeld, append_line, lock, write_json_atomic, write_text_atomic
 from ..schemas import validate
+from ..config.records import TrialRecord
+from ..config.types import JsonObject
+from .documents import LlmCall
 
 
 LOCK_FILE = ".lock"
@@ -58,7 +61,8 @@ class RunFolder:
             raise JobError(f"RUN {self.path.name!r}: {self.path} already holds a run; pick another RUN name "
                            "(its records are kept) or remove that folder")
 
-    def create(self, job: dict[str, Any]) -> None:
+    def create(self, job: JsonObject) -> None:
+        """job.json (schema job: `Job.to_dict()`, with `fresh` where the user said it) and job.yaml."""
         self.check_new()
         validate("job", job, str(self.job))
         self.make()
@@ -149,27 +153,29 @@ class RunFolder:
                       f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n".encode(), 0)
         return fd
 
-    def append_experiment(self, record: dict[str, Any]) -> None:
+    def append_experiment(self, record: JsonObject) -> None:
+        """One trial's record (schema experiment), as the loop built it; TrialRecord reads it back."""
         record = {**record, "schema_version": 1, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         _append_line(self.experiments, "experiment", record)
 
-    def append_llm_call(self, record: dict[str, Any]) -> None:
+    def append_llm_call(self, record: JsonObject) -> None:
         _append_line(self.llm, "llm_call", {**record, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
 
-    def read_llm_calls(self) -> list[dict[str, Any]]:
+    def read_llm_calls(self) -> list[LlmCall]:
         if not self.llm.exists():
             return []
         # A torn last line (a kill mid-write) loses that call's log, never the run.
-        calls = []
+        calls: list[LlmCall] = []
         for line in self.llm.read_text().splitlines():
             try:
-                calls.append(json.loads(line))
+                calls.append(cast(LlmCall, json.loads(line)))  # written whole, checked by its schema
             except json.JSONDecodeError:
                 continue
         return calls
 
-    def read_experiments(self) -> list[dict[str, Any]]:
-        records = []
+    def read_experiments(self) -> list[TrialRecord]:
+        """The trials' records, each checked against schema experiment (DamagedRunError where one fails)."""
+        records: list[TrialRecord] = []
         if not self.experiments.exists():
             return records
         text = read_text(self.experiments, f"RUN {self.path.name!r}", 2**31, RecordError, follow=False)
@@ -184,11 +190,11 @@ class RunFolder:
                 validate("experiment", record, f"{self.experiments}:{number}")
             except RecordError as error:  # edited by hand, or from another tool: the run's input is bad
                 raise DamagedRunError(str(error)) from None
-            records.append(record)
+            records.append(TrialRecord.from_dict(record))
         return records
 
 
-def _append_line(path: Path, schema: str, record: dict[str, Any]) -> None:
+def _append_line(path: Path, schema: str, record: JsonObject) -> None:
     """One validated line, appended whole or not at all (a full disk leaves the file as it was)."""
     validate(schema, record, str(path))
     run = path.parent.name

@@ -9,6 +9,10 @@ from typing import Any, Mapping, Sequence
 from ..config.job import Job
 from ..workloads.jobs import kind_of
 from ..config.knobs import Knobs
+from ..config.measurement import Measurement
+from ..config.records import TrialRecord
+from ..config.types import JsonObject, JsonValue
+from .documents import LlmCall
 from .records import RunFolder
 from ..util.io import write_json_atomic
 
@@ -24,18 +28,18 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def write_results_tsv(folder: RunFolder, records: Sequence[Mapping[str, Any]]) -> None:
+def write_results_tsv(folder: RunFolder, records: Sequence[TrialRecord]) -> None:
     lines = ["\t".join(TSV_COLUMNS)]
     for r in records:
-        peak = r.get("peak_memory_bytes")
-        cells = (r["trial"], r["change"] or "(baseline)", r["state"], r["decision"], r["samples_per_s"],
-                 r.get("tokens_per_s"), r["ratio"], peak / 2**20 if peak else None, r["reason"].replace("\t", " "))
+        peak = r.get("peak_memory_bytes")  # fields the typed view leaves in the stored record
+        cells = (r.trial, r.change or "(baseline)", r.state, r.decision, r.samples_per_s,
+                 r.get("tokens_per_s"), r.ratio, peak / 2**20 if peak else None, r.reason.replace("\t", " "))
         lines.append("\t".join(_fmt(c) for c in cells))
     folder.results.write_text("\n".join(lines) + "\n")
 
 
 def best_config(job: Job, knobs: Knobs, script: Any = None, vlm: str | None = None,
-                handover: dict[str, Any] | None = None, folder_path: Any = None) -> dict[str, Any]:
+                handover: JsonObject | None = None, folder_path: Any = None) -> JsonObject:
     """What best_config.json holds, in the form the job's kind gives it (workloads/jobs.py KINDS); for a
     Hugging Face text job, `handover`: the best file's keyword arguments (`kwargs`) and the realized line
     (`summary`), and `folder_path`: where the files are."""
@@ -50,10 +54,10 @@ def _vlm_type(folder: RunFolder) -> str | None:
     return model.get("model_type") if model.get("vision") else None
 
 
-def write_best_config(folder: RunFolder, job: Job, knobs: Knobs, script: Any = None) -> dict[str, Any]:
+def write_best_config(folder: RunFolder, job: Job, knobs: Knobs, script: Any = None) -> JsonObject:
     """best_config.json; for a Hugging Face text job also baseline_config.yaml and best_config.yaml, the
     files the hand-over step ran (realized.json): its best when TRL refused the loop's."""
-    handover = None
+    handover: JsonObject | None = None
     if not job.is_mlp and script is None:
         from . import realize
         from ..workloads.hf.export import write_files
@@ -69,8 +73,9 @@ def write_best_config(folder: RunFolder, job: Job, knobs: Knobs, script: Any = N
     return config
 
 
-def _breakdown_line(label: str, shares: dict[str, Any] | None) -> str:
-    if not shares:
+def _breakdown_line(label: str, shares: JsonValue) -> str:
+    """`shares`: a measurement's `breakdown` (probes' profile: each phase's share of a step, and step_s)."""
+    if not shares or not isinstance(shares, Mapping):
         return f"- {label}: no profiled step"
     phases = ", ".join(f"{p.replace('_', ' ')} {shares[f'{p}_share']:.0%}"
                        for p in ("data_wait", "forward", "backward", "optimizer", "other"))
@@ -78,7 +83,8 @@ def _breakdown_line(label: str, shares: dict[str, Any] | None) -> str:
             f"of tokens ({shares['step_s'] * 1000:.0f} ms per step)")
 
 
-def _frame_lines(frame: dict[str, Any]) -> list[str]:
+def _frame_lines(frame: JsonObject) -> list[str]:
+    """The frame's facts (loop.limits.Frame): what the device, model and data probes reported, an open set."""
     device, model, data = frame["device"], frame["model"], frame["data"]
     memory = device.get("memory_bytes", 0) / 2**30
     speeds = ", ".join(f"{k} {v:.3g}" for k, v in device.get("matmul_tflops", {}).items())
@@ -120,14 +126,14 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def _belief_lines(records: list[dict[str, Any]]) -> list[str]:
+def _belief_lines(records: Sequence[TrialRecord]) -> list[str]:
     """Why each change was tried (the claims behind it), and what each outcome did to the beliefs."""
     lines = ["", "## Why each change was tried, and what it taught", ""]
     for r in records:
         hypothesis = r.get("hypothesis")
         if not hypothesis:
             continue
-        lines.append(f"- trial {r['trial']} `{r['change']}`: P(helps) {hypothesis['p_helps']:.2f}, expected "
+        lines.append(f"- trial {r.trial} `{r.change}`: P(helps) {hypothesis['p_helps']:.2f}, expected "
                      f"x{hypothesis['expected_ratio']:.2f}; {hypothesis['rationale']}")
         for event in r.get("beliefs") or []:
             children = f" into {', '.join(event['children'])}" if event.get("children") and event["op"] == "split" else ""
@@ -135,20 +141,20 @@ def _belief_lines(records: list[dict[str, Any]]) -> list[str]:
     return lines if len(lines) > 3 else []
 
 
-def _chain_interval(records: list[dict[str, Any]]) -> str:
+def _chain_interval(records: Sequence[TrialRecord]) -> str:
     """The kept changes' intervals multiplied: a wider range than a joint interval, never a narrower one."""
-    kept = [r for r in records if r["decision"] == "keep"]
-    if not kept or any(not r.get("interval") for r in kept):
+    intervals = [r.interval for r in records if r.decision == "keep"]
+    if not intervals or any(not interval for interval in intervals):
         return ""
     low = high = 1.0
-    for r in kept:
-        low, high = low * r["interval"][0], high * r["interval"][1]
+    for one_low, one_high in filter(None, intervals):
+        low, high = low * one_low, high * one_high
     return f", interval [{low:.2f}, {high:.2f}] (the kept changes' 95% intervals multiplied)"
 
 
-def _tree_lines(records: list[dict[str, Any]]) -> list[str]:
+def _tree_lines(records: Sequence[TrialRecord]) -> list[str]:
     """How the trials' copies of the user's folder were made: none of them could change it."""
-    trees = [m["tree"] for r in records for m in r.get("measurements") or [] if m.get("tree")]
+    trees: list[Any] = [m.rest["tree"] for r in records for m in r.measurements if m.rest.get("tree")]
     if not trees:
         return []
     methods = sorted({t["method"] for t in trees})
@@ -156,14 +162,14 @@ def _tree_lines(records: list[dict[str, Any]]) -> list[str]:
             f"{trees[-1]['bytes'] / 2 ** 20:.1f} MB); nothing the script wrote reached your files."]
 
 
-def _change_cell(record: dict[str, Any]) -> str:
-    if not record["change"]:
+def _change_cell(record: TrialRecord) -> str:
+    if not record.change:
         return "baseline"
-    proposer = (record.get("hypothesis") or {}).get("source")
-    return f"`{record['change']}`" + {"llm": " (LLM)", "warm_start": " (warm start)", "warm_check": " (warm-start check)", "pooled": " (pooled)"}.get(proposer, "")
+    proposer = record.source.value if record.source else None
+    return f"`{record.change}`" + {"llm": " (LLM)", "warm_start": " (warm start)", "warm_check": " (warm-start check)", "pooled": " (pooled)"}.get(proposer, "")
 
 
-def _llm_lines(calls: list[dict[str, Any]], job: Job) -> list[str]:
+def _llm_lines(calls: Sequence[LlmCall], job: Job) -> list[str]:
     """What the LLM proposer was asked, what it said that was used, and what was rejected and why."""
     if not calls:
         return []
@@ -187,14 +193,14 @@ def _llm_lines(calls: list[dict[str, Any]], job: Job) -> list[str]:
 def _other_card(outcome: Any) -> str:
     """Where the best config's speed was measured, when that is not the baseline's GPU: the two speeds are
     then two cards', and only the speed-up (same-card ratios) compares them."""
-    best = next((r for r in outcome.records if r["trial"] == outcome.best.trial), None)
-    here, there = (outcome.records[0].get("placement"), best.get("placement")) if best else (None, None)
+    best = next((r for r in outcome.records if r.trial == outcome.best.trial), None)
+    here, there = (outcome.records[0].placement, best.placement) if best else (None, None)
     if not here or not there or _where(here) == _where(there):
         return ""
     return f", on {_where(there)}; the baseline on {_where(here)}"
 
 
-def _where(placement: dict[str, Any] | None) -> str:
+def _where(placement: Mapping[str, str] | None) -> str:
     """A record's node and GPU: `address/node-id GPU n` (several nodes may share one address)."""
     if not placement:
         return "-"
@@ -202,11 +208,12 @@ def _where(placement: dict[str, Any] | None) -> str:
     return f"{node} GPU {placement.get('gpu') or '?'}"
 
 
-def _parallel_lines(parallel: dict[str, Any] | None, records: list[dict[str, Any]]) -> list[str]:
-    """How trials shared the GPUs, and the wall time a serial run on one of them would have taken more."""
+def _parallel_lines(parallel: JsonObject | None, records: Sequence[TrialRecord]) -> list[str]:
+    """How trials shared the GPUs, and the wall time a serial run on one of them would have taken more
+    (`parallel`: Outcome.parallel, the figures loop/parallel.py keeps)."""
     if not parallel:
         return []
-    model = next((r["placement"].get("model") for r in records if r.get("placement")), "?")
+    model = next((r.placement.get("model") for r in records if r.placement), "?")
     lost = parallel["slots"] - parallel["slots_left"]
     return [f"- parallel: trials on {parallel['slots']} GPUs of model {model}"
             + (f" ({lost} lost during the run)" if lost else "")
@@ -217,26 +224,29 @@ def _parallel_lines(parallel: dict[str, Any] | None, records: list[dict[str, Any
             "replaced)"]
 
 
-def compile_cost_s(measurement: dict[str, Any]) -> float | None:
+def compile_cost_s(measurement: Measurement) -> float | None:
     """Seconds a run spent before its timed steps beyond what as many steady steps take: compilation
     (and the first steps' warm-up), which the timing leaves out and the user pays once per run."""
-    warmup, step = measurement.get("warmup_times_s") or [], measurement.get("median_step_s")
-    return max(0.0, sum(warmup) - len(warmup) * step) if warmup and step else None
+    # Figures the typed view carries as they were measured (`rest`): a list of seconds and a number.
+    warmup, step = measurement.rest.get("warmup_times_s"), measurement.rest.get("median_step_s")
+    if not (warmup and step and isinstance(warmup, list) and isinstance(step, (int, float))):
+        return None
+    return max(0.0, sum(float(t) for t in warmup if isinstance(t, (int, float))) - len(warmup) * step)
 
 
-def _compile_lines(records: list[dict[str, Any]]) -> list[str]:
+def _compile_lines(records: Sequence[TrialRecord]) -> list[str]:
     rows = []
     for r in records:
-        if "torch_compile" not in (r.get("change") or "") or not r["measurements"]:
+        if "torch_compile" not in (r.change or "") or not r.measurements:
             continue
-        costs = [c for c in (compile_cost_s(m) for m in r["measurements"]) if c is not None]
+        costs = [c for c in (compile_cost_s(m) for m in r.measurements) if c is not None]
         if costs:
-            rows.append(f"- #{r['trial']} `{r['change']}`: {median(costs):.1f} s per run before the timed steps "
+            rows.append(f"- #{r.trial} `{r.change}`: {median(costs):.1f} s per run before the timed steps "
                         f"(compilation and warm-up, median of {len(costs)} runs), out of the samples/s")
     return ["", "## Compile time, out of the timing", ""] + rows if rows else []
 
 
-def _realized_lines(config: dict[str, Any]) -> list[str]:
+def _realized_lines(config: Mapping[str, JsonValue]) -> list[str]:
     """The realized speed-up in `trl sft` beside the loop's, with how it was measured."""
     if not config.get("realized"):
         return []
@@ -245,7 +255,8 @@ def _realized_lines(config: dict[str, Any]) -> list[str]:
             "(start-up and compilation cancel out)" if "**x" in config["realized"] else f"- {config['realized']}"]
 
 
-def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, Any]) -> None:
+def write_report(folder: RunFolder, job: Job, outcome: Any, config: JsonObject) -> None:
+    """report.md; `outcome`: the loop's Outcome, `config`: best_config.json's content (workloads' `best`)."""
     baseline = outcome.baseline["samples_per_s"]
     best = outcome.best_speed
     lines = [f"# autotune run `{job.run}`", "",
@@ -275,21 +286,21 @@ def write_report(folder: RunFolder, job: Job, outcome: Any, config: dict[str, An
         lines += [f"![{path.stem}]({path.name})" for path in write_plots(folder.path, outcome)]
     else:  # the report is still written: the plots are an extra
         lines += [f"Not drawn: matplotlib is not installed ({install_line('matplotlib')})."]
-    placed = any(r.get("placement") for r in outcome.records)
+    placed = any(r.placement for r in outcome.records)
     lines += ["", "## Trials", "",
               "| # | change | state | decision | samples/s | tokens/s | MFU | HFU | ratio [interval] | peak MiB | reason |"
               + (" where |" if placed else ""), "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if placed else "")]
     for r in outcome.records:
         peak = r.get("peak_memory_bytes")
-        last = r["measurements"][-1] if r["measurements"] else {}
-        interval = r.get("interval")
-        ratio = (f"{r['ratio']:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if r["ratio"] and interval
-                 else _fmt(r["ratio"], 3))
+        last: Any = r.measurements[-1].rest if r.measurements else {}  # MFU and HFU: the measurement's own figures
+        interval = r.interval
+        ratio = (f"{r.ratio:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]" if r.ratio and interval
+                 else _fmt(r.ratio, 3))
         lines.append("| " + " | ".join(_fmt(c, 2) for c in (
-            r["trial"], _change_cell(r), r["state"], r["decision"],
-            r["samples_per_s"], r.get("tokens_per_s"), _percent(last.get("mfu")), _percent(last.get("hfu")), ratio,
-            peak / 2**20 if peak else None, r["reason"].replace("|", "/"))) + " |"
-            + (f" {_where(r.get('placement'))} |" if placed else ""))
+            r.trial, _change_cell(r), r.state, r.decision,
+            r.samples_per_s, r.get("tokens_per_s"), _percent(last.get("mfu")), _percent(last.get("hfu")), ratio,
+            peak / 2**20 if peak else None, r.reason.replace("|", "/"))) + " |"
+            + (f" {_where(r.placement)} |" if placed else ""))
     lines += _compile_lines(outcome.records)
     lines += _belief_lines(outcome.records)
     lines += _llm_lines(folder.read_llm_calls(), job)

@@ -17,7 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..config.job import Job
+from ..config.records import TrialRecord
+from ..config.types import JsonObject
 from ..util.errors import JobError
+from .documents import TuneResult
 from ..config.job_values import MLFLOW_MISSING, check_mlflow_uri, redact_uri
 
 DEFAULT_EXPERIMENT = "autotune"
@@ -87,13 +91,14 @@ def _median(values: list[float]) -> float | None:
     return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
 
 
-def record_metrics(record: dict[str, Any]) -> dict[str, float]:
+def record_metrics(record: TrialRecord) -> dict[str, float]:
     """A record's measurements as metrics: its figures, the interval on its ratio, the median MFU of its runs."""
-    metrics = {name: _number(record.get(name)) for name in RECORD_METRICS}
-    interval = record.get("interval") or [None, None]
-    metrics.update(interval_low=_number(interval[0]), interval_high=_number(interval[1]))
-    measurements = record.get("measurements") or []
-    metrics["mfu"] = _median([m["mfu"] for m in measurements if _number(m.get("mfu")) is not None])
+    metrics = {name: _number(record.get(name)) for name in RECORD_METRICS}  # as stored: some are not typed fields
+    low, high = record.interval or (None, None)
+    metrics.update(interval_low=_number(low), interval_high=_number(high))
+    measurements = record.measurements
+    mfus = (_number(m.rest.get("mfu")) for m in measurements)  # MFU: the measurement's own figure, untyped
+    metrics["mfu"] = _median([mfu for mfu in mfus if mfu is not None])
     metrics["runs"] = float(len(measurements))
     return {name: value for name, value in metrics.items() if value is not None}
 
@@ -148,14 +153,14 @@ class MlflowTracker:
                  f"result ({type(error).__name__}: {why})")
 
     # -- the tuner's calls --------------------------------------------------------------------
-    def trial(self, tuner: Any, record: dict[str, Any]) -> None:
+    def trial(self, tuner: Any, record: JsonObject) -> None:
         """A record was appended to experiments.jsonl: it (and any the store lacks) becomes a nested run."""
         if self.off:
             return
         with self._guard(tuner):
             self._sync(tuner)
 
-    def finish(self, tuner: Any, job: Any, outcome: Any, config: dict[str, Any]) -> None:
+    def finish(self, tuner: Any, job: Job, outcome: Any, config: JsonObject) -> None:
         """The tune ended and its outputs are written: the summary, the artifacts, the parent FINISHED."""
         if self.off:
             return
@@ -236,44 +241,45 @@ class MlflowTracker:
     def _sync(self, tuner: Any) -> None:
         if self.client is None:
             self._open(tuner)
-        new = [record for record in tuner.records if record["trial"] not in self.logged]
+        new: list[TrialRecord] = [record for record in tuner.records if record.trial not in self.logged]
         for record in new:
             self._log_record(record)
         best = self._best(tuner.records)
         if new and best is not None:  # the progress curve: one point per record, at its trial number
-            self._log(self.parent, metrics={"incumbent_samples_per_s": best}, step=new[-1]["trial"])
+            self._log(self.parent, metrics={"incumbent_samples_per_s": best}, step=new[-1].trial)
 
     @staticmethod
-    def _best(records: list[dict[str, Any]]) -> float | None:
+    def _best(records: list[TrialRecord]) -> float | None:
         """The speed of the config the loop builds on after these records: the last kept, else the baseline."""
-        chain = [r for r in records if r["decision"] in ("baseline", "keep")]
-        return _number(chain[-1].get("samples_per_s")) if chain else None
+        chain = [r for r in records if r.decision in ("baseline", "keep")]
+        return _number(chain[-1].samples_per_s) if chain else None
 
-    def _log_record(self, record: dict[str, Any]) -> None:
-        trial = record["trial"]
-        name = "baseline" if record["decision"] == "baseline" else f"trial {trial}: {record['change']}"
-        tags = {PARENT_TAG: self.parent, TRIAL_TAG: str(trial), "state": record["state"],
-                "decision": record["decision"], "reason": str(record["reason"])[:MAX_TAG],
-                "mlflow.note.content": str(record["reason"])[:MAX_TAG]}
+    def _log_record(self, record: TrialRecord) -> None:
+        trial = record.trial
+        name = "baseline" if record.decision == "baseline" else f"trial {trial}: {record.change}"
+        tags = {PARENT_TAG: self.parent, TRIAL_TAG: str(trial), "state": record.state,
+                "decision": record.decision, "reason": record.reason[:MAX_TAG],
+                "mlflow.note.content": record.reason[:MAX_TAG]}
         if record.get("replayed_from"):
             tags["replayed_from"] = str(record["replayed_from"])
         child = self.client.create_run(self.experiment_id, tags=tags, run_name=name[:250]).info.run_id
-        params = {knob: str(value) for knob, value in record["knobs"].items()}
-        params["change"] = str(record["change"] or "none (the user's config)")
+        params = {knob: str(value) for knob, value in record.knobs.items()}
+        params["change"] = str(record.change or "none (the user's config)")
         self._log(child, params=params, metrics=record_metrics(record))
-        failed = record["state"] not in ("complete", "replayed")
+        failed = record.state not in ("complete", "replayed")
         self.client.set_terminated(child, "FAILED" if failed else "FINISHED")
         self.logged.add(trial)
 
     @staticmethod
-    def _summary_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    def _summary_metrics(summary: TuneResult) -> dict[str, float]:
         metrics = {"baseline_samples_per_s": summary["baseline_samples_per_s"],
                    "best_samples_per_s": summary["best_samples_per_s"], "speedup": summary["speedup"],
                    "trials": summary["trials"]}
         if summary["speedup_interval"]:
             metrics.update(speedup_low=summary["speedup_interval"][0], speedup_high=summary["speedup_interval"][1])
-        if summary["realized"] and summary["realized"].get("speedup") is not None:
-            metrics["realized_speedup"] = summary["realized"]["speedup"]
+        realized = summary["realized"]
+        if realized and realized.get("speedup") is not None:
+            metrics["realized_speedup"] = realized["speedup"]
         return {name: value for name, value in ((n, _number(v)) for n, v in metrics.items()) if value is not None}
 
     def _log(self, run_id: str, params: dict[str, str] | None = None, metrics: dict[str, float] | None = None,

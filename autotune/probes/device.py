@@ -9,8 +9,9 @@ import os
 import platform
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
+from ..config.types import DeviceFacts, PeakCache
 from .hub_kernels import hub_flash_facts
 from .peaks import cached_or_measured, cpu_name
 
@@ -57,7 +58,16 @@ def memory_total(device: str) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
-def installed_kernels() -> dict[str, bool]:
+class Kernels(TypedDict):
+    """Which optional kernel packages are importable (DeviceFacts' keys of the same names)."""
+
+    liger: bool
+    bitsandbytes: bool
+    torchao: bool
+    flash_attn_3: bool
+
+
+def installed_kernels() -> Kernels:
     """Which optional kernel packages are importable (the [gpu] extra); found, not imported: importing
     bitsandbytes or liger on a machine without CUDA prints warnings or fails."""
     import importlib.util
@@ -80,16 +90,19 @@ def installed_kernels() -> dict[str, bool]:
             "torchao": has_part("torchao", "float8"), "flash_attn_3": found("flash_attn_interface")}
 
 
-def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[str, Any]:
+def device_facts(device: str, peak_cache: PeakCache | None = None) -> DeviceFacts:
     import torch
     import transformers
 
     compile_ok, compile_reason = _compile_support(device)
-    facts: dict[str, Any] = {
+    kernels, hub = installed_kernels(), hub_flash_facts(device)
+    facts: DeviceFacts = {
         "kind": device, "cpu_count": os.cpu_count() or 1, "compile": compile_ok, "compile_reason": compile_reason,
         "fused_adamw": _fused_adamw_works(device), "torch": torch.__version__,
-        "transformers": transformers.__version__, "python": platform.python_version(), **installed_kernels(),
-        **hub_flash_facts(device),
+        "transformers": transformers.__version__, "python": platform.python_version(),
+        "liger": kernels["liger"], "bitsandbytes": kernels["bitsandbytes"], "torchao": kernels["torchao"],
+        "flash_attn_3": kernels["flash_attn_3"], "hub_flash": hub["hub_flash"],
+        "hub_flash_reason": hub["hub_flash_reason"],
     }
     if device == "cuda":  # CUDA-only
         props = torch.cuda.get_device_properties(0)
@@ -99,12 +112,13 @@ def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[
             flash = True
         except ImportError:
             flash = False
-        facts.update(name=props.name, memory_bytes=int(props.total_memory), bf16=torch.cuda.is_bf16_supported(),
-                     fp16=True, tf32=major >= 8, flash_attn=flash, cuda=torch.version.cuda,
-                     capability=".".join(map(str, torch.cuda.get_device_capability(0))))
+        facts.update({"name": props.name, "memory_bytes": int(props.total_memory),
+                      "bf16": torch.cuda.is_bf16_supported(), "fp16": True, "tf32": major >= 8, "flash_attn": flash,
+                      "cuda": torch.version.cuda,
+                      "capability": ".".join(map(str, torch.cuda.get_device_capability(0)))})
     else:
-        facts.update(name=cpu_name(), memory_bytes=memory_total(device), bf16=True, fp16=False, tf32=False,
-                     flash_attn=False)
+        facts.update({"name": cpu_name(), "memory_bytes": memory_total(device), "bf16": True, "fp16": False,
+                      "tf32": False, "flash_attn": False})
 
     precisions = ["fp32", "bf16"] + (["fp16", "tf32"] if device == "cuda" else [])
     peaks = cached_or_measured(device, precisions, peak_cache or {})
@@ -113,7 +127,8 @@ def device_facts(device: str, peak_cache: dict[str, Any] | None = None) -> dict[
     facts["matmul_tflops"] = {k: round(v, 4) for k, v in speeds.items()}
     for half in ("bf16", "fp16"):
         if facts.get(half) and speeds.get(half, 0.0) < speeds["fp32"]:
-            facts[half] = False
-            facts[f"{half}_reason"] = (f"measured {half} matmuls at {speeds.get(half, 0.0):.3g} TFLOP/s, slower than "
-                                       f"fp32 at {speeds['fp32']:.3g}: this device emulates {half}")
+            reason = (f"measured {half} matmuls at {speeds.get(half, 0.0):.3g} TFLOP/s, slower than "
+                      f"fp32 at {speeds['fp32']:.3g}: this device emulates {half}")
+            facts.update({"bf16": False, "bf16_reason": reason} if half == "bf16" else
+                         {"fp16": False, "fp16_reason": reason})
     return facts

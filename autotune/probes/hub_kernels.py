@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 from urllib.parse import urlparse
 
 from ..config.knobs import HUB_FLASH
@@ -63,7 +63,14 @@ def hub_reachable(endpoint: str, timeout_s: float = 3.0) -> bool:
         return False
 
 
-def hub_flash_facts(device: str) -> dict[str, Any]:
+class HubFlash(TypedDict):
+    """The frame's facts on the Hub's flash-attention kernel (config/types.py DeviceFacts)."""
+
+    hub_flash: bool
+    hub_flash_reason: str
+
+
+def hub_flash_facts(device: str) -> HubFlash:
     """`hub_flash` (can transformers load HUB_FLASH here) and `hub_flash_reason` (why not) for the frame."""
     if device != "cuda":
         return {"hub_flash": False, "hub_flash_reason": ""}  # not_applicable says CUDA first

@@ -9,7 +9,8 @@ from __future__ import annotations
 import resource
 import sys
 from pathlib import Path
-from typing import Any
+
+from ..config.messages import PeakReading   # a measurement's `peak_memory` (schemas/measurement.json)
 
 # Share of the memory limit held back by default: a long run must not OOM hours in on fragmentation
 # or a rare long batch (Lightning's batch-size finder lesson: fixes were a margin and a max value).
@@ -39,7 +40,7 @@ def _rss_peak_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)  # macOS reports bytes, Linux KiB
 
 
-def read_peak(device: str) -> dict[str, Any]:
+def read_peak(device: str) -> PeakReading:
     if device == "cuda":  # CUDA-only
         import torch
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 SAMPLE_INTERVAL_S = 0.1
 # nvmlClocksEventReason* bits (REFERENCE: NVML clock-event reasons).
@@ -25,14 +25,33 @@ def judge(reasons_seen: int) -> list[str]:
     return [name for bit, name in INVALIDATING.items() if reasons_seen & bit]
 
 
-def summarize(samples: list[dict[str, float]]) -> dict[str, Any] | None:
+class Spread(TypedDict):
+    min: float
+    median: float
+    max: float
+
+
+class NvmlSummary(TypedDict):
+    """A measurement's `nvml`: the window's readings and whether the GPU slowed itself in it."""
+
+    samples: int
+    sm_clock_mhz: Spread
+    mem_clock_mhz: Spread
+    power_w: Spread
+    temperature_c: Spread
+    reasons_seen: int                 # the clock-event reason bits seen in any sample, or'ed
+    software_power_cap: bool
+    throttle_reasons: list[str]       # those that make the window invalid (judge)
+
+
+def summarize(samples: list[dict[str, float]]) -> NvmlSummary | None:
     if not samples:
         return None
     seen = 0
     for sample in samples:
         seen |= int(sample["reasons"])
 
-    def spread(key: str) -> dict[str, float]:
+    def spread(key: str) -> Spread:
         values = [s[key] for s in samples]
         return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
@@ -121,7 +140,7 @@ class Sampler:
     def __exit__(self, *exc: object) -> None:
         self.window.append(time.perf_counter())
 
-    def summary(self) -> dict[str, Any] | None:
+    def summary(self) -> NvmlSummary | None:
         if len(self.window) == 2:
             begin, end = self.window
             return summarize([s for s in self.samples if begin <= s.get("at", begin) <= end])

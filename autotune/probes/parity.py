@@ -9,7 +9,7 @@ optimizer differences).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import NotRequired, TypedDict
 
 # Largest allowed |candidate - baseline| / |baseline| per row, by the looser precision of the two.
 # fp32 differences come from summation order only; tf32 matmuls carry ~1e-3 relative error and
@@ -17,11 +17,22 @@ from typing import Any
 TOLERANCE = {"fp32": 1e-4, "tf32": 3e-3, "fp16": 1e-2, "bf16": 3e-2}
 
 
+class ParityVerdict(TypedDict):
+    """A parity check's verdict, as a trial record's `parity` keeps it (config/measurement.py Parity)."""
+
+    ok: bool
+    worst: float | None          # the worst per-row relative difference; None where none was compared
+    tolerance: float | None
+    reason: str
+    checked: NotRequired[bool]   # row parity: whether losses were compared at all
+    kind: NotRequired[str]       # row parity: same, weighting, order, objective, rows, statistical
+
+
 def tolerance(precision_a: str, precision_b: str) -> float:
     return max(TOLERANCE[precision_a], TOLERANCE[precision_b])
 
 
-def compare(baseline: dict[str, list[float]], candidate: dict[str, list[float]], tol: float) -> dict[str, Any]:
+def compare(baseline: dict[str, list[float]], candidate: dict[str, list[float]], tol: float) -> ParityVerdict:
     """Worst per-row relative difference across both readings, and whether it is within `tol`."""
     worst = 0.0
     for key in ("step1", "step2"):

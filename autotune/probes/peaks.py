@@ -13,6 +13,8 @@ import platform
 import time
 from typing import Any, Callable
 
+from ..config.types import PeakCache, Peaks
+
 # Products large enough to reach the plateau, small enough to measure in seconds.
 MATMUL_SIZE = {"cuda": 8192, "cpu": 1024}
 COPY_BYTES = {"cuda": 2 * 2**30, "cpu": 256 * 2**20}
@@ -149,14 +151,14 @@ def fastest_product(device: str, precisions: list[str]) -> tuple[str, float]:
     return precision, flops[precision]
 
 
-def measure(device: str, precisions: list[str]) -> dict[str, Any]:
+def measure(device: str, precisions: list[str]) -> Peaks:
     flops, sizes = _products(device, precisions)
     return {"fingerprint": fingerprint(device), "matmul_flops": flops, "matmul_size": sizes,
             "copy_bytes_per_s": copy_bandwidth(device),
             "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
 
 
-def cached_or_measured(device: str, precisions: list[str], cache: dict[str, Any]) -> dict[str, Any]:
+def cached_or_measured(device: str, precisions: list[str], cache: PeakCache) -> Peaks:
     """The cached peaks of this exact device and install, else a fresh measurement."""
     known = cache.get(fingerprint(device))
     if known and all(p in known["matmul_flops"] for p in precisions):

@@ -18,6 +18,7 @@ gradient). Norms, activations and rotary embeddings are left out, as for the tex
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable
 
 import torch
@@ -64,7 +65,22 @@ def _weights(roots: Iterable[torch.nn.Module], skip: set[int], kinds: tuple[type
     return counts
 
 
-def vision_cost(model: torch.nn.Module, config: Any) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class VisionCost:
+    """The vision side's weights by where they run (each {"frozen", "trainable"} counts), the tower's
+    attention shape (layers, heads, head_dim) and windowed blocks, whether the tower trains, and the
+    modules it is made of (which the text model's FLOPs skip)."""
+
+    patch: dict[str, int]
+    token: dict[str, int]
+    embed: dict[str, int]
+    attention: tuple[int, int, int]
+    windowed: int
+    trains: bool
+    modules: list[torch.nn.Module]
+
+
+def vision_cost(model: torch.nn.Module, config: Any) -> VisionCost | None:
     """Per-patch and per-image-token weights, the tower's attention shape, and whether it trains."""
     tower, per_token = vision_parts(model)
     if tower is None:
@@ -85,17 +101,17 @@ def vision_cost(model: torch.nn.Module, config: Any) -> dict[str, Any] | None:
                 if getattr(vision, "window_size", None) is not None and full is not None else 0)
     # The tower's backward runs only if the tower itself trains: a trainable projector after a frozen
     # tower needs no gradient from it.
-    return {"patch": patch, "token": token, "embed": embed, "attention": (int(layers), int(heads), int(width // heads)),
-            "windowed": windowed, "trains": patch["trainable"] > 0, "modules": [tower, *per_token]}
+    return VisionCost(patch=patch, token=token, embed=embed, attention=(int(layers), int(heads), int(width // heads)),
+                      windowed=windowed, trains=patch["trainable"] > 0, modules=[tower, *per_token])
 
 
-def image_flops(cost: dict[str, Any], images: Iterable[tuple[int, ...]],
+def image_flops(cost: VisionCost, images: Iterable[tuple[int, ...]],
                 gradient_checkpointing: bool) -> dict[str, float]:
     """FLOPs of the vision side over the tower's passes (an image, or a tile), each given as (patches in
     the tower, image tokens it yields[, the sum of its attention windows' lengths squared, where the
     tower has windowed blocks]): {"model", "hardware"}."""
-    layers, heads, head_dim = cost["attention"]
-    windowed = cost.get("windowed", 0)
+    layers, heads, head_dim = cost.attention
+    windowed = cost.windowed
     patches = tokens = squares = 0
     for unit in images:
         p, t = unit[0], unit[1]
@@ -103,14 +119,15 @@ def image_flops(cost: dict[str, Any], images: Iterable[tuple[int, ...]],
         patches, tokens = patches + p, tokens + t
         squares += (layers - windowed) * p * p + windowed * window
     attention_forward = 4.0 * heads * head_dim * squares
-    if cost["trains"]:
-        per = {name: 4.0 * cost[name]["frozen"] + 6.0 * cost[name]["trainable"] for name in ("patch", "token")}
-        embed = 2.0 * cost["embed"]["frozen"] + 4.0 * cost["embed"]["trainable"]
+    if cost.trains:
+        per = {name: 4.0 * weights["frozen"] + 6.0 * weights["trainable"]
+               for name, weights in (("patch", cost.patch), ("token", cost.token))}
+        embed = 2.0 * cost.embed["frozen"] + 4.0 * cost.embed["trainable"]
         model = (per["patch"] + embed) * patches + per["token"] * tokens + 3.0 * attention_forward
-        recompute = (2.0 * sum(cost["patch"].values()) * patches + 2.0 * sum(cost["token"].values()) * tokens
+        recompute = (2.0 * sum(cost.patch.values()) * patches + 2.0 * sum(cost.token.values()) * tokens
                      + attention_forward) if gradient_checkpointing else 0.0
         return {"model": model, "hardware": model + recompute}
     # Frozen and nothing upstream trains: forward only; a trainable projector still gets weight gradients.
-    model = (2.0 * (sum(cost["patch"].values()) + sum(cost["embed"].values())) * patches
-             + (2.0 * cost["token"]["frozen"] + 4.0 * cost["token"]["trainable"]) * tokens + attention_forward)
+    model = (2.0 * (sum(cost.patch.values()) + sum(cost.embed.values())) * patches
+             + (2.0 * cost.token["frozen"] + 4.0 * cost.token["trainable"]) * tokens + attention_forward)
     return {"model": model, "hardware": model}

@@ -10,7 +10,7 @@ import hashlib
 import json
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, Mapping
 
 from ..util.errors import RecordError
 
@@ -19,12 +19,12 @@ NAMES = ("job", "knobs", "trial_spec", "run_result", "measurement", "experiment"
 
 
 def load(name: str) -> dict[str, Any]:
-    """One schema as a dict (to hand to a peer, such as an LLM's structured output)."""
+    """One schema as a dict (to hand to a peer, such as an LLM's structured output): open-ended JSON."""
     return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text())
 
 
 @lru_cache(maxsize=1)
-def _contents() -> dict[str, dict[str, Any]]:
+def _contents() -> dict[str, dict[str, object]]:
     return {item.name: json.loads(item.read_text()) for item in resources.files(__package__).iterdir()
             if item.name.endswith(".json")}
 
@@ -66,7 +66,7 @@ def violation(name: str, record: Any) -> str | None:
     return None if found is None else f"not valid against {name}.json: at {found[0]}: {found[1]}"
 
 
-def validate(name: str, record: dict[str, Any], where: str = "") -> None:
+def validate(name: str, record: Mapping[str, object], where: str = "") -> None:
     """Raise RecordError naming the first violation (and where the record came from)."""
     found = _first_error(name, record)
     if found is not None:

@@ -16,7 +16,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Iterable, Iterator, Mapping
 
 from .errors import AutotuneError, JobError
 
@@ -106,7 +106,7 @@ def write_text_atomic(path: Path, text: str, fix: str = RESUME_HINT) -> None:
         raise DiskError(path, error, fix) from None
 
 
-def write_json_atomic(path: Path, data: dict[str, Any], indent: int | None = 1, fix: str = RESUME_HINT) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, object], indent: int | None = 1, fix: str = RESUME_HINT) -> None:
     """`indent=None` for bulk data (token rows), where one value per line would multiply the size."""
     # A value JSON cannot hold fails here, before any file is touched.
     write_text_atomic(path, json.dumps(data, indent=indent), fix)

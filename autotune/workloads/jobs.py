@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Mapping
 
 from ..config.job import Job, parse_words
 from ..config.job_keys import MLP_MODEL
+from ..config.types import JsonObject
 from ..util.errors import JobError
 from .hf.best import best_config as hf_best
-from .hf.job import hf_job
+from .hf.job import complete as hf_complete, hf_job
 from .mlp.best import best_config as mlp_best
-from .mlp.job import MLP_KEYS, mlp_job
+from .mlp.job import MLP_KEYS, complete as mlp_complete, mlp_job
 from .script.best import best_config as script_best
 from .script.job import script_job
 from .script.spec import spec_fields as script_fields
@@ -47,20 +48,29 @@ class Kind:
     build: Builder
     own_keys: tuple[str, ...]  # keys that belong to it alone (refused on another kind)
     is_kind: Callable[[Job], bool]
-    best: Callable[..., dict[str, Any]]  # (job, knobs, script=, vlm=, handover=, folder_path=) -> best_config.json
-    spec_fields: Callable[[SpecInputs], dict[str, Any]]
+    best: Callable[..., JsonObject]  # (job, knobs, script=, vlm=, handover=, folder_path=) -> best_config.json
+    spec_fields: Callable[[SpecInputs], JsonObject]
+    # A Job built in Python (`autotune.Job(...)`) checked and given the defaults its words would get;
+    # a Job its words built passes through unchanged.
+    complete: Callable[[Job, bool], Job] = lambda job, check=True: job
 
 
 # First match wins; the HF model is the default.
 KINDS: tuple[Kind, ...] = (
     Kind("script", lambda pairs: "script" in pairs, script_job, ("script_configs", "script_args", "script_knobs",
                                                                         "script_launcher"),
-         lambda job: job.script is not None, script_best, script_fields),
+         lambda job: job.script is not None, script_best, script_fields),  # read from its files by the Tuner
     Kind("mlp", lambda pairs: pairs.get("model") == MLP_MODEL, mlp_job, MLP_KEYS, lambda job: job.is_mlp, mlp_best,
-         frame_inputs),
-    Kind("hf", lambda pairs: True, hf_job, (), lambda job: True, hf_best, frame_inputs),
+         frame_inputs, mlp_complete),
+    Kind("hf", lambda pairs: True, hf_job, (), lambda job: True, hf_best, frame_inputs, hf_complete),
 )
 _WITH = {"script": "script=PATH; add script=your_training_script.py", "mlp": "model=mlp; add model=mlp or drop them"}
+
+
+def completed(job: Job, check: bool = True) -> Job:
+    """`job` as its kind completes it: checked as its words would be, with their defaults filled in
+    (`check`: also the names that read a file or the hub, as `autotune.tune` does)."""
+    return kind_of(job).complete(job, check)
 
 
 def kind_of(job: Job) -> Kind:
@@ -85,9 +95,10 @@ def job_from_words(run: str, words: list[str], place: RunPlace | None = None) ->
     raise AssertionError("the last kind takes every job")
 
 
-def job_from_dict(run: str, keys: dict[str, Any], place: RunPlace | None = None) -> Job:
+def job_from_dict(run: str, keys: Mapping[str, object], place: RunPlace | None = None) -> Job:
     """The job a job file holding `keys` makes, for a caller in Python: `{"model": "mlp", "smoke": True}`
-    passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line."""
+    passes the checks `autotune tune RUN config=FILE` does, and a bad key is one JobError line. (`keys`:
+    the caller's own, checked here as a job file's are.)"""
     from ..config.job_files import mapping_pairs
 
     pairs, modes = mapping_pairs(keys, "job", Path.cwd())

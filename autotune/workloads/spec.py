@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..config.job import Job
+from ..config.knobs import Knobs
 from ..config.messages import rows_needed
+from ..config.types import JsonObject
 
 # Steps after the measured window that the built-in runners time phase by phase (where the time goes).
 PROFILE_STEPS = 1
@@ -22,7 +24,7 @@ class SpecInputs:
     folder it runs from (a script= job), and the folder a script's trial mirrors the user's tree in."""
 
     job: Job
-    knobs: Any
+    knobs: Knobs
     measure_steps: int
     rows_path: Path
     model_config_path: Path
@@ -32,7 +34,7 @@ class SpecInputs:
     workdir: Path | None = None
 
 
-def frame_inputs(inputs: SpecInputs) -> dict[str, Any]:
+def frame_inputs(inputs: SpecInputs) -> JsonObject:
     """The built-in runners' (hf, mlp) own spec fields: the frame's shared inputs and the rows needed."""
     return {"rows_path": str(inputs.rows_path.resolve()), "model_config_path": str(inputs.model_config_path.resolve()),
             "rows_needed": rows_needed(inputs.job.effective_batch, inputs.measure_steps), "profile_steps": PROFILE_STEPS}

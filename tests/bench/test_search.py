@@ -39,8 +39,9 @@ def test_the_cpu_tables_hold_every_config_of_their_grid_measured_for_real():
                 assert measurement["step_times_s"] and measurement["parity_losses"] and measurement["ceiling"]
         assert len(data["baseline"]["measurements"]) == 3 and table.best_speed > table.baseline_speed
         features = data["features"]
-        shapes.add((features["method"], features["padding_share"] > 0.5, features["length_spread"] > 2))
-    assert len(shapes) == len(TABLES)  # short uniform rows, a long tail, LoRA: different shapes
+        shapes.add((features["model_family"], features["method"], features["padding_share"] > 0.5,
+                    features["length_spread"] > 2))
+    assert len(shapes) == len(TABLES)  # short uniform rows, a long tail, LoRA, an MLP: different shapes
 
 
 def test_each_peer_measures_only_the_tables_configs_and_picks_the_best_it_saw(table):

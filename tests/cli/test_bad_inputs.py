@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -375,9 +375,9 @@ def test_the_table_covers_at_least_forty_inputs():
 def test_yaml_bomb_is_refused_in_well_under_a_second_of_work(world, capsys):
     """A billion values once expanded (9 ** 9 dicts of 9): refused on the node graph, never built."""
     (world / "scripts" / "billion.yaml").write_text(_bomb(levels=9, width=10))
-    started = time.monotonic()
-    assert main(tune("r", f"script={S}plain.py", f"script_configs={S}billion.yaml", "effective_batch=4")) == 2
-    assert time.monotonic() - started < 10  # it took 49 s, then a MemoryError
+    # Never built (it took 49 s, then a MemoryError): tests/config/test_inputs.py shows it is refused on the graph.
+    with mock.patch("yaml.SafeLoader.construct_document", side_effect=AssertionError("the document was built")):
+        assert main(tune("r", f"script={S}plain.py", f"script_configs={S}billion.yaml", "effective_batch=4")) == 2
     assert "aliases expand" in capsys.readouterr().err
 
 

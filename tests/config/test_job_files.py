@@ -104,7 +104,7 @@ def test_a_run_folders_best_config_yaml_is_accepted_by_from_and_gives_its_job_ba
                                      "effective_batch=8", "seed=3"])
     folder = type("Folder", (), {"path": tmp_path / "runs" / "orig"})()
     folder.path.mkdir(parents=True)
-    contents = {label: trl_config(job.to_dict(), k.to_dict(), fields=FIELDS, cpu=True, run_path=folder.path)
+    contents = {label: trl_config(job, k, fields=FIELDS, cpu=True, run_path=folder.path)
                 for label, k in (("baseline", job.start), ("best", knobs))}
     write_files(folder, job, knobs.to_dict(), {"configs": contents, "best_trial": 2, "state": "complete"}, True)
     # Padding-free hands over max_length: null (TRL refuses it without packing): the length is a word then.

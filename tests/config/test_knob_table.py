@@ -22,6 +22,7 @@ FAKE_ENTRY = '''
 PROBE = textwrap.dedent('''
     import json, autotune
     from pathlib import Path
+    from autotune.config.job import Job
     from autotune.config.knobs import Knobs
     from autotune.output.reference import knobs_page
     from autotune.reasoner import rank
@@ -30,9 +31,8 @@ PROBE = textwrap.dedent('''
 
     cpu = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": True, "fused_adamw": True}
     ranked, _ = rank(Knobs(), cpu, 16, set())
-    job = {"model": "Qwen/Qwen2.5-0.5B", "dataset": "tatsu-lab/alpaca", "max_len": 512, "effective_batch": 16,
-           "method": "full", "seed": 0}
-    config = trl_config(job, Knobs(dataloader_drop_last=True).to_dict(), fields=sft_fields(), cpu=True,
+    job = Job(run="t", model="Qwen/Qwen2.5-0.5B", dataset="tatsu-lab/alpaca", max_len=512, effective_batch=16)
+    config = trl_config(job, Knobs(dataloader_drop_last=True), fields=sft_fields(), cpu=True,
                         run_path=Path("/tmp/run"))
     print(json.dumps({"where": autotune.__file__, "page": knobs_page(), "ranked": [h.change for h in ranked],
                       "export": yaml_text(config, "best")}))

@@ -173,23 +173,31 @@ def test_the_child_writes_an_impossible_reading_as_invalid(tmp_path):
 
 def test_a_real_mlp_frame_and_trial_leave_their_spec_as_it_was(tmp_path):
     for kind in ("frame", "trial"):
-        spec = TrialSpec.from_dict(mlp_spec(tmp_path, kind)).to_dict()
-        before = copy.deepcopy(spec)
+        spec = TrialSpec.from_dict(mlp_spec(tmp_path, kind))
+        before = copy.deepcopy(spec.to_dict())
         result = (mlp.frame if kind == "frame" else mlp.trial)(spec)
-        assert spec == before
+        assert spec.to_dict() == before == mlp_spec(tmp_path, kind)
         assert "frame" in result if kind == "frame" else result["measurement"]["samples_per_s"] > 0
+
+
+def test_the_child_reads_its_spec_typed(tmp_path):
+    spec = TrialSpec.from_dict(mlp_spec(tmp_path, "trial"))
+    assert spec.job == job_from_dict("m", MLP) and spec.whole_job.mlp.rows == 40
+    assert spec.knobs == Knobs() and spec.knobs.per_device_train_batch_size == 1
+    assert spec.peak_flops("fp32") == 1e15 and spec.peak_flops("bf16") is None
 
 
 def test_a_runner_that_writes_into_its_spec_is_a_crash_that_names_the_key(tmp_path):
     (tmp_path / "spec.json").write_text(json.dumps(mlp_spec(tmp_path, "frame")))
 
-    def sneaky(spec: dict) -> dict:
-        spec["job"]["pad_id"] = 0
+    def sneaky(spec: TrialSpec) -> dict:
+        spec.job.pad_id = 0  # type: ignore[misc, union-attr]
         return {"frame": {"device": {}}}
 
     common.execute(sneaky, lambda e: False, RuntimeError, tmp_path / "spec.json", tmp_path / "result.json")
     written = json.loads((tmp_path / "result.json").read_text())
-    assert written["state"] == "crash" and "wrote into its spec (job)" in written["reason"]
+    assert written["state"] == "crash" and "wrote into its spec" in written["reason"]
+    assert "pad_id" in written["reason"]
 
 
 # -- the parity steps, once -------------------------------------------------------------------------
@@ -201,8 +209,8 @@ def test_the_rows_a_trial_needs_are_the_parity_and_measured_steps_in_order():
 
 
 def test_a_real_trial_pairs_as_many_parity_steps_as_the_rule_says(tmp_path):
-    mlp.frame(mlp_spec(tmp_path, "trial"))
-    measurement = mlp.trial(mlp_spec(tmp_path, "trial"))["measurement"]
+    mlp.frame(TrialSpec.from_dict(mlp_spec(tmp_path, "trial")))
+    measurement = mlp.trial(TrialSpec.from_dict(mlp_spec(tmp_path, "trial")))["measurement"]
     assert sorted(measurement["parity_losses"]) == [f"step{n + 1}" for n in range(PARITY_STEPS)]
     assert len(measurement["step_times_s"]) == 2
 

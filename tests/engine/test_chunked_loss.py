@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -28,10 +29,10 @@ def _model(vocab: int = 512, tied: bool = False):
     return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
 
 
-def _knobs(chunked: bool) -> dict:
+def _knobs(chunked: bool) -> Any:
     from autotune.config.knobs import Knobs
 
-    return Knobs(padding="longest", attn_implementation="sdpa", chunked_cross_entropy=chunked).to_dict()
+    return Knobs(padding="longest", attn_implementation="sdpa", chunked_cross_entropy=chunked)
 
 
 def _batch(vocab: int, lengths: list[int], max_len: int) -> dict:

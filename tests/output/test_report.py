@@ -9,6 +9,8 @@ import pytest
 from autotune.config.job import Job
 from autotune.config.knobs import Knobs
 from autotune.output.records import RunFolder
+from autotune.config.measurement import Measurement
+from autotune.config.records import TrialRecord
 from autotune.output.report import write_best_config, write_results_tsv
 from autotune.workloads.vlm.caveats import caveats
 
@@ -37,12 +39,12 @@ def test_packed_vlm_rows_get_their_own_caveat_from_the_frame(tmp_path, vlm, attn
 def test_results_tsv_one_line_per_trial(tmp_path):
     folder = RunFolder(tmp_path, "r")
     folder.path.mkdir()
-    records = [
+    records = [TrialRecord.from_dict(r) for r in (
         {"trial": 0, "change": None, "state": "complete", "decision": "baseline", "samples_per_s": 10.0,
          "tokens_per_s": 900.5, "ratio": 1.0, "peak_memory_bytes": 3 * 2**20, "reason": "baseline"},
         {"trial": 1, "change": "padding=longest", "state": "oom", "decision": "discard", "samples_per_s": None,
          "ratio": None, "reason": "out\tof memory"},
-    ]
+    )]
     write_results_tsv(folder, records)
     lines = folder.results.read_text().splitlines()
     assert lines[0].split("\t")[:4] == ["trial", "change", "state", "decision"]
@@ -68,11 +70,12 @@ def test_compile_time_is_reported_out_of_the_timing():
     from autotune.output.report import _compile_lines, compile_cost_s
 
     # Two parity/warm-up steps: the first holds 4.5 s of compilation over a 0.5 s steady step.
-    compiled = {"warmup_times_s": [5.0, 0.6], "median_step_s": 0.5}
-    assert compile_cost_s(compiled) == pytest.approx(4.6)
-    assert compile_cost_s({"warmup_times_s": [], "median_step_s": 0.5}) is None
-    records = [{"trial": 3, "change": "torch_compile=True", "measurements": [compiled, compiled]},
-               {"trial": 4, "change": "padding=longest", "measurements": [compiled]}]
+    compiled = {"samples_per_s": 8.0, "step_times_s": [0.5, 0.5], "warmup_times_s": [5.0, 0.6], "median_step_s": 0.5}
+    assert compile_cost_s(Measurement.from_dict(compiled)) == pytest.approx(4.6)
+    assert compile_cost_s(Measurement.from_dict({**compiled, "warmup_times_s": []})) is None
+    records = [TrialRecord.from_dict(r) for r in (
+        {"trial": 3, "change": "torch_compile=True", "measurements": [compiled, compiled]},
+        {"trial": 4, "change": "padding=longest", "measurements": [compiled]})]
     lines = _compile_lines(records)
     assert lines[1] == "## Compile time, out of the timing"
     assert lines[3].startswith("- #3 `torch_compile=True`: 4.6 s per run before the timed steps") and len(lines) == 4

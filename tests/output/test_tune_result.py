@@ -9,6 +9,7 @@ import pytest
 
 from autotune.cli.main import main
 from autotune.schemas import violation
+from autotune.config.records import TrialRecord
 from autotune.output.tune_result import _interval
 
 
@@ -47,10 +48,10 @@ def test_without_json_the_result_object_is_not_printed_and_bad_input_is_2(in_tmp
 
 
 def test_the_speedup_interval_multiplies_the_kept_changes_intervals():
-    kept = [{"interval": [1.1, 1.3]}, {"interval": [2.0, 2.5]}]
+    kept = [TrialRecord.from_dict({"interval": [1.1, 1.3]}), TrialRecord.from_dict({"interval": [2.0, 2.5]})]
     assert _interval(kept) == pytest.approx([2.2, 3.25])
     assert _interval([]) == [1.0, 1.0]
-    assert _interval([{"interval": None}]) is None
+    assert _interval([TrialRecord.from_dict({"interval": None})]) is None
 
 
 def test_help_documents_the_exit_codes(in_tmp, capsys):

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from autotune.config.knobs import NAIVE_START
+from autotune.config.job import Job
+from autotune.config.knobs import Knobs
 from autotune.config.presets import PRESETS
 from autotune.probes import flops
 from autotune.probes.vision_flops import image_flops, vision_cost
@@ -16,9 +17,9 @@ from autotune.workloads.vlm.vision import byte_tokenizer, family_tokens, image_p
 
 def _setup(preset: str, method: str, size: tuple[int, int]):
     config = _config_from_dict(dict(PRESETS[preset]))
-    job = {"model": preset, "method": method, "seed": 0, "smoke": True}
+    job = Job(run="t", model=preset, dataset="synthetic", max_len=64, effective_batch=1, method=method, smoke=True)
     # eager: FlopCounterMode does not count the CPU kernels of sdpa, so attention shows only as matmuls
-    model = build_model(job, dict(NAIVE_START, attn_implementation="eager"), "cpu", config)
+    model = build_model(job, Knobs(attn_implementation="eager"), "cpu", config)
     vision = Vision(config.model_type, image_processor_for(config), byte_tokenizer(family_tokens(config.model_type)),
                     config)
     from PIL import Image
@@ -49,7 +50,7 @@ def test_vlm_step_flops_match_flop_counter(preset, method, size):
     config, model, vision, batch, units = _setup(preset, method, size)
     cost = vision_cost(model, config)
     lengths = [batch["input_ids"].shape[1]] * 2
-    text = flops.step_flops(flops.matmul_params(model, skip=cost["modules"]), flops.attention_shape(config), lengths,
+    text = flops.step_flops(flops.matmul_params(model, skip=cost.modules), flops.attention_shape(config), lengths,
                             False)["model"]
     ours = text + image_flops(cost, units * 2, False)["model"]
     counted = _counted(model, batch)
@@ -88,14 +89,14 @@ def test_the_idefics3_tower_and_connector_flops_match_per_tile(method, size):
 def test_a_frozen_tower_costs_its_forward_only_and_text_skips_it():
     config, model, vision, batch, units = _setup("tiny-qwen2-vl", "lora", (224, 224))
     cost = vision_cost(model, config)
-    assert not cost["trains"]
+    assert not cost.trains
     (patches, tokens), = image = units
-    layers, heads, head_dim = cost["attention"]
-    weights = sum(cost["patch"].values()) + sum(cost["embed"].values())
-    forward = 2 * weights * patches + 2 * sum(cost["token"].values()) * tokens + 4 * layers * heads * head_dim * patches ** 2
+    layers, heads, head_dim = cost.attention
+    weights = sum(cost.patch.values()) + sum(cost.embed.values())
+    forward = 2 * weights * patches + 2 * sum(cost.token.values()) * tokens + 4 * layers * heads * head_dim * patches ** 2
     assert image_flops(cost, image, False)["model"] == forward
     assert image_flops(cost, image, True)["hardware"] == forward  # nothing to recompute without a backward
     # The tower's weights are not counted again per text token.
-    everything, text_only = flops.matmul_params(model), flops.matmul_params(model, skip=cost["modules"])
-    tower_weights = sum(cost["patch"].values()) + sum(cost["token"].values())
+    everything, text_only = flops.matmul_params(model), flops.matmul_params(model, skip=cost.modules)
+    tower_weights = sum(cost.patch.values()) + sum(cost.token.values())
     assert sum(everything.values()) - sum(text_only.values()) == tower_weights

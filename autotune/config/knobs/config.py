@@ -63,7 +63,7 @@ class _KnobsMethods:
                 raise JobError(f"{knob.name}={value!r}: expected a whole number from {knob.minimum:,} to "
                                f"{knob.maximum:,}")
             if knob.kind == "choice" and value not in knob.choices:
-                raise JobError(f"{knob.name}={value!r}: expected one of {', '.join(knob.choices)}")
+                raise JobError(f"{knob.name}={value!r}: expected one of {', '.join(map(str, knob.choices))}")
             if knob.kind == "int" and value < knob.minimum:
                 raise JobError(f"{knob.name} must be >= {knob.minimum}")
 
@@ -112,7 +112,7 @@ def parse_knob_value(name: str, text: str) -> Any:
             raise JobError(f"{name}={text}: expected a whole number from {knob.minimum:,} to {knob.maximum:,}")
         return int(text)
     if text not in knob.choices:
-        raise JobError(f"{name}={text!r}: expected one of {', '.join(knob.choices)}")
+        raise JobError(f"{name}={text!r}: expected one of {', '.join(map(str, knob.choices))}")
     return text
 
 

@@ -8,14 +8,20 @@ runners and the export read `sft`, `load`, `trl_model`, `env` and `outside`; the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
+
+from ..types import DeviceFacts
+from ..types import KnobValue, KnobView
 
 # A knob's requirement: why `value` cannot be tried on top of `knobs` (a Knobs) on `device` (the facts
 # the frame measured: kind, bf16, tf32, flash_attn, compile, cpu_count, ...) for this effective batch;
 # None when it can.
-Requires = Callable[[Any, Any, Mapping[str, Any], int], "str | None"]
+Requires = Callable[[Any, Any, DeviceFacts, int], "str | None"]
+# Keyword arguments for another library's call (`SFTConfig(**)`, `from_pretrained(**)`, trl sft's
+# ModelConfig): its field names to the scalars a knob sets them to, as a config file writes them.
+Fields = dict[str, KnobValue]
 # A mapping onto the names another library takes: (value, every knob's value) -> keyword arguments.
-Mapping_ = Callable[[Any, Mapping[str, Any]], dict[str, Any]]
+Mapping_ = Callable[[Any, KnobView], Fields]
 
 
 @dataclass(frozen=True)
@@ -29,7 +35,7 @@ class SftContext:
     sampling: str = "random"
 
 
-SftMapping = Callable[[Any, Mapping[str, Any], SftContext], dict[str, Any]]
+SftMapping = Callable[[Any, KnobView, SftContext], Fields]
 
 NUMERICS_CLASSES = ("exact", "precision", "changes")
 
@@ -41,8 +47,8 @@ class Knob:
 
     name: str
     kind: str
-    choices: tuple[Any, ...] = ()
-    naive: Any = None
+    choices: tuple[KnobValue, ...] = ()
+    naive: KnobValue = None
     minimum: int = 0          # an int knob's least value
     # An int knob's greatest value, checked where a value is read (the user's words, a config, a record):
     # a loader of 10**17 workers would spawn processes until the budget ends. docs/reference/knobs.md.
@@ -55,7 +61,7 @@ class Knob:
     changes_training: bool = False
     # The values the ranking tries, in this order (ties keep it); `climb="divisors"`: instead, the
     # neighbouring divisors of effective_batch around the incumbent's value.
-    tries: tuple[Any, ...] = ()
+    tries: tuple[KnobValue, ...] = ()
     climb: str | None = None
     # An int knob's step where a claim says `up` or `down` (an enabled change: workers + 2).
     step: int = 0
@@ -69,7 +75,7 @@ class Knob:
     measure_cost: float = 0.0
     # Values that change the numbers beyond precision noise: (value, parity tolerance, why), tried only
     # with allow_numerics_change=true.
-    numerics: tuple[tuple[Any, float, str], ...] = ()
+    numerics: tuple[tuple[KnobValue, float, str], ...] = ()
     # How its values move the losses: "exact" (the same numbers), "precision" (within precision noise,
     # parity-checked), "changes" (some values beyond it: see `numerics`).
     numerics_class: str = "exact"
@@ -96,13 +102,13 @@ class Knob:
         if self.numerics and self.numerics_class != "changes":
             raise ValueError(f"knob {self.name}: values in `numerics` make its numerics_class 'changes'")
 
-    def value_of(self, knobs: Mapping[str, Any]) -> Any:
+    def value_of(self, knobs: KnobView) -> Any:
         """Its value in a config, or the naive one for a config recorded before it existed."""
         return knobs.get(self.name, self.naive)
 
 
 def field(name: str, cast: Callable[[Any], Any] = lambda v: v) -> SftMapping:
     """An SFTConfig field of the same name taking the knob's value (cast)."""
-    def mapping(value: Any, knobs: Mapping[str, Any], context: SftContext) -> dict[str, Any]:
+    def mapping(value: Any, knobs: KnobView, context: SftContext) -> Fields:
         return {name: cast(value)}
     return mapping

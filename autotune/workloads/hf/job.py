@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ...config.job import Job, parse_flag
+import dataclasses
+
+from ...config.job import SMOKE_TIME_BUDGET_S, Job, parse_flag
 from ...config.job_common import common_fields, start_knobs
 from ...config.job_keys import JOB_KEYS
 from ...config.job_values import check_dataset, check_model, whole
@@ -30,9 +32,26 @@ def hf_job(run: str, pairs: dict[str, str], smoke: bool, place: object = None) -
     check_model(pairs["model"])
     check_dataset(pairs["dataset"])
     effective_batch = whole("effective_batch", pairs["effective_batch"], 1)
-    return Job(**common_fields(run, pairs, smoke), model=pairs["model"], dataset=pairs["dataset"],
+    return complete(Job(**common_fields(run, pairs, smoke), model=pairs["model"], dataset=pairs["dataset"],
                max_len=whole("max_len", pairs["max_len"], 8), effective_batch=effective_batch,
                method=pairs.get("method", "sft"),
                weights=pairs.get("weights", "random" if pairs["model"] in PRESETS else "pretrained"),
                allow_image_resize=parse_flag("allow_image_resize", pairs.get("allow_image_resize", "false")),
-               realize=parse_flag("realize", pairs.get("realize", "true")), start=start_knobs(pairs, effective_batch))
+               realize=parse_flag("realize", pairs.get("realize", "true")), start=start_knobs(pairs, effective_batch)))
+
+
+def complete(job: Job, check: bool = True) -> Job:
+    """A Hugging Face job as built in Python (`autotune.Job(...)`), checked as its words are and with
+    the defaults they get: the model and dataset names, the weights (a preset has none to load), a
+    smoke run's time budget. A job built from words passes through unchanged. `check`: look at the
+    model and dataset names (a local dataset must exist); a stored job read back (a resume, a replayed
+    benchmark table) was checked when it was made, and its file may have moved since."""
+    if check:
+        check_model(job.model)
+        check_dataset(job.dataset)
+    filled: dict[str, object] = {}
+    if not job.weights:
+        filled["weights"] = "random" if job.model in PRESETS else "pretrained"
+    if job.smoke and job.time_budget_s is None:
+        filled["time_budget_s"] = VLM_SMOKE_TIME_BUDGET_S if is_vision_preset(job.model) else SMOKE_TIME_BUDGET_S
+    return dataclasses.replace(job, **filled) if filled else job

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 
+from ...config.job import Job
+from ...config.knobs import Knobs
+from ...config.messages import ModelFacts
 from ...config.presets import PRESETS, SMOKE_DIMENSIONS, is_vision_preset, preset_for_architecture
 from .trl_args import LORA_SETTINGS as LORA
 from ...engine.data import ByteTokenizer
@@ -17,21 +20,22 @@ from ...engine.data import ByteTokenizer
 SMOKE_VOCAB = 2048
 
 
-def _config_from_dict(values: dict[str, Any]):
+def _config_from_dict(values: Mapping[str, object]) -> Any:
+    """A transformers config from its own `to_dict()` form (the keys are the library's: open-ended)."""
     from transformers import AutoConfig
 
     values = dict(values)
     return AutoConfig.for_model(values.pop("model_type"), **values)
 
 
-def resolve_config(job: dict[str, Any]) -> tuple[Any, str]:
+def resolve_config(job: Job) -> tuple[Any, str]:
     """The model config, and a note on where it came from (smoke shrinks it to a tiny model)."""
     from transformers import AutoConfig
 
-    model = job["model"]
+    model = job.model
     if model in PRESETS:
         values = dict(PRESETS[model])
-        if job.get("smoke") and not is_vision_preset(model):
+        if job.smoke and not is_vision_preset(model):
             values.update(SMOKE_DIMENSIONS)
             values["vocab_size"] = min(values["vocab_size"], SMOKE_VOCAB)
         return _config_from_dict(values), f"preset {model}"
@@ -42,11 +46,11 @@ def resolve_config(job: dict[str, Any]) -> tuple[Any, str]:
         except OSError:
             config = AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as error:
-        if not job.get("smoke"):
+        if not job.smoke:
             raise
         guess = preset_for_architecture(model.lower())
         return _config_from_dict(PRESETS[guess]), f"config of {model} not readable offline ({error.__class__.__name__}); smoke uses preset {guess}"
-    if job.get("smoke") and getattr(config, "vision_config", None) is not None:
+    if job.smoke and getattr(config, "vision_config", None) is not None:
         # A VLM's tiny twin is its family's preset: smoke shrinks text dimensions only, and the
         # processor must be built without a download, at token ids the preset's config names.
         guess = preset_for_architecture(config.model_type)
@@ -54,7 +58,7 @@ def resolve_config(job: dict[str, Any]) -> tuple[Any, str]:
             return (_config_from_dict(PRESETS[guess]),
                     f"smoke uses preset {guess} for the {config.model_type} model {model}")
         raise ValueError(f"smoke has no tiny preset of the {config.model_type} family; run without smoke")
-    if job.get("smoke"):
+    if job.smoke:
         values = config.to_dict()
         values.update(SMOKE_DIMENSIONS)
         values["vocab_size"] = min(values.get("vocab_size", SMOKE_VOCAB), SMOKE_VOCAB)
@@ -62,16 +66,16 @@ def resolve_config(job: dict[str, Any]) -> tuple[Any, str]:
     return config, f"config of {model}"
 
 
-def uses_random_weights(job: dict[str, Any]) -> bool:
-    return job["model"] in PRESETS or job.get("smoke") or job.get("weights") == "random"
+def uses_random_weights(job: Job) -> bool:
+    return job.model in PRESETS or job.smoke or job.weights == "random"
 
 
-def load_tokenizer(job: dict[str, Any]):
-    if job["model"] in PRESETS or job.get("smoke"):
+def load_tokenizer(job: Job) -> Any:
+    if job.model in PRESETS or job.smoke:
         return ByteTokenizer()
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(job["model"])
+    return AutoTokenizer.from_pretrained(job.model)
 
 
 def save_config(config: Any, path: Path) -> None:
@@ -83,7 +87,7 @@ def load_config(path: Path) -> Any:
     return _config_from_dict(json.loads(Path(path).read_text()))
 
 
-def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config: Any,
+def build_model(job: Job, knobs: Knobs, device: str, config: Any,
                 for_trainer: bool = False) -> torch.nn.Module:
     """Same initial weights in every trial of a run: seeded construction, seeded LoRA init.
 
@@ -96,41 +100,41 @@ def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config:
     vlm = is_vlm(config)
     auto = AutoModelForImageTextToText if vlm else AutoModelForCausalLM
     config.use_cache = False  # training; a cache also switches off packed-row mask detection
-    torch.manual_seed(job.get("seed", 0))
+    torch.manual_seed(job.seed)
     from .trl_args import model_init_kwargs
 
     # A LoRA job's frozen base may load in bf16 (`dtype`); everything else keeps fp32 master weights.
-    dtype = getattr(torch, model_init_kwargs(knobs)["dtype"])
-    if knobs.get("load_in_4bit"):
+    dtype = getattr(torch, str(model_init_kwargs(knobs)["dtype"]))
+    if knobs.load_in_4bit:
         model = _load_4bit(auto, job, config, knobs)
     elif uses_random_weights(job):
-        model = auto.from_config(config, attn_implementation=knobs["attn_implementation"], dtype=dtype)
+        model = auto.from_config(config, attn_implementation=knobs.attn_implementation, dtype=dtype)
     else:
-        model = auto.from_pretrained(job["model"], config=config, dtype=dtype,
-                                     attn_implementation=knobs["attn_implementation"])
+        model = auto.from_pretrained(job.model, config=config, dtype=dtype,
+                                     attn_implementation=knobs.attn_implementation)
     model.config.use_cache = False
-    if knobs.get("float8_training"):  # CUDA-only (not_applicable: compute capability >= 8.9)
+    if knobs.float8_training:  # CUDA-only (not_applicable: compute capability >= 8.9)
         from torchao.float8 import convert_to_float8_training
 
         # The LM head stays: TRL's fused head and the chunked loss read its weight directly.
         convert_to_float8_training(model.to(device), module_filter_fn=lambda module, name: "lm_head" not in name)
-    placed = bool(knobs.get("load_in_4bit"))  # bitsandbytes placed it on the GPU as it loaded
+    placed = bool(knobs.load_in_4bit)  # bitsandbytes placed it on the GPU as it loaded
     if for_trainer:
         return model if placed else model.to(device)
-    if knobs["gradient_checkpointing"]:
+    if knobs.gradient_checkpointing:
         # transformers renamed gradient_checkpointing_enable in 5.2x; earlier 5.x releases have only the old name.
         enable = getattr(model, "activation_checkpointing_enable", None)
         if enable is not None:
             enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if job.get("method") == "lora":
+    if job.method == "lora":
         from peft import LoraConfig, get_peft_model
 
-        torch.manual_seed(job.get("seed", 0) + 1)
+        torch.manual_seed(job.seed + 1)
         settings = dict(LORA, target_modules=language_linears(model)) if vlm else LORA
         model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", **settings))
-    if vlm and knobs.get("freeze_vision_tower"):
+    if vlm and knobs.freeze_vision_tower:
         _no_grad_vision(model)
     if not placed:
         model.to(device)
@@ -138,7 +142,7 @@ def build_model(job: dict[str, Any], knobs: dict[str, Any], device: str, config:
     return model
 
 
-def _load_4bit(auto: Any, job: dict[str, Any], config: Any, knobs: dict[str, Any]) -> torch.nn.Module:  # CUDA-only
+def _load_4bit(auto: Any, job: Job, config: Any, knobs: Knobs) -> torch.nn.Module:  # CUDA-only
     """An NF4 base with bf16 compute (QLoRA), as `trl sft` builds it from `load_in_4bit`; random weights
     are saved once and loaded back, since bitsandbytes quantises at load time."""
     import tempfile
@@ -149,9 +153,9 @@ def _load_4bit(auto: Any, job: dict[str, Any], config: Any, knobs: dict[str, Any
 
     quant = BitsAndBytesConfig(**{**QUANT_4BIT, "bnb_4bit_compute_dtype": torch.bfloat16})
     load = {"config": config, "dtype": torch.bfloat16, "quantization_config": quant,
-            "attn_implementation": knobs["attn_implementation"], "device_map": {"": 0}}
+            "attn_implementation": knobs.attn_implementation, "device_map": {"": 0}}
     if not uses_random_weights(job):
-        return auto.from_pretrained(job["model"], **load)
+        return auto.from_pretrained(job.model, **load)
     with tempfile.TemporaryDirectory(prefix="autotune-4bit-") as folder:
         auto.from_config(config, dtype=torch.bfloat16).save_pretrained(folder)
         return auto.from_pretrained(folder, **load)
@@ -176,14 +180,14 @@ def _no_grad_vision(model: torch.nn.Module) -> None:
     tower.forward = torch.no_grad()(tower.forward)
 
 
-def model_facts(model: torch.nn.Module, config: Any) -> dict[str, Any]:
+def model_facts(model: torch.nn.Module, config: Any) -> ModelFacts:
     from ..vlm.vision import is_vlm, vision_module
 
     total = sum(p.numel() for p in model.parameters())
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     # A VLM's shape facts are its language model's (what the text claims speak of); the tower is apart.
     text = config.get_text_config(decoder=True) if is_vlm(config) else config
-    facts = {
+    facts: ModelFacts = {
         "model_type": getattr(config, "model_type", "unknown"),
         "params": total, "trainable_params": trainable,
         "layers": getattr(text, "num_hidden_layers", None), "hidden": getattr(text, "hidden_size", None),

@@ -22,7 +22,9 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+from ...config.job import Job
 from ...engine import common
+from .handover_spec import Candidate, HandoverReply, HandoverSpec, Realized, Refused, RunRecord, TimedRun
 
 RUNTIME = re.compile(r"'train_runtime': '?([0-9.]+)'?")
 ERROR_TAIL = 1500
@@ -61,14 +63,14 @@ def offline_tokenizer(vocab_size: int, pad_id: int) -> Any:
                                    pad_token=pad, bos_token="<s>", eos_token="</s>", unk_token="<pad>")
 
 
-def save_model(job: dict[str, Any], config: Any, folder: Path, pad_id: int) -> None:
+def save_model(job: Job, config: Any, folder: Path, pad_id: int) -> None:
     """The trials' initial weights (seeded construction from the run's config) and a tokenizer."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from ...engine.data import ByteTokenizer
 
-    torch.manual_seed(job.get("seed", 0))
+    torch.manual_seed(job.seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     if _byte_tokenized(job):
         tokenizer = offline_tokenizer(config.vocab_size, pad_id)
@@ -82,16 +84,16 @@ def save_model(job: dict[str, Any], config: Any, folder: Path, pad_id: int) -> N
     else:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(job["model"])
+        tokenizer = AutoTokenizer.from_pretrained(job.model)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 
-def _byte_tokenized(job: dict[str, Any]) -> bool:
+def _byte_tokenized(job: Job) -> bool:
     """The run's rows are ByteTokenizer ids (presets and smoke runs), not the model's own tokenizer's."""
     from ...config.presets import PRESETS
 
-    return job["model"] in PRESETS or bool(job.get("smoke"))
+    return job.model in PRESETS or job.smoke
 
 
 def save_rows(rows: list[list[int]], folder: Path) -> None:
@@ -209,7 +211,7 @@ def vlm_lora_targets(config: Any) -> list[str]:
 
 
 def run_file(path: Path, steps: int, out: Path, log: Path, timeout_s: float,
-             env: dict[str, str] | None = None) -> dict[str, Any]:
+             env: dict[str, str] | None = None) -> TimedRun:
     """One `trl sft --config FILE` run for `steps` optimizer steps: exit code, train_runtime, wall.
     `env`: what the file's header says to set in the environment (trl_args.environment)."""
     words = ["sft", "--config", str(path), "--max_steps", str(steps), "--output_dir", str(out),
@@ -219,8 +221,8 @@ def run_file(path: Path, steps: int, out: Path, log: Path, timeout_s: float,
     text = log.read_text(errors="replace")
     shutil.rmtree(out, ignore_errors=True)  # the saved weights: only the runtime is wanted
     found = RUNTIME.findall(text)
-    run = {"steps": steps, "exit_code": code, "wall_s": round(time.monotonic() - started, 3),
-           "train_runtime_s": float(found[-1]) if code == 0 and found else None}
+    run: TimedRun = {"steps": steps, "exit_code": code, "wall_s": round(time.monotonic() - started, 3),
+                     "train_runtime_s": float(found[-1]) if code == 0 and found else None}
     if run["train_runtime_s"] is None:
         run["error"] = _error_line(text, code)
     return run
@@ -234,7 +236,7 @@ def _error_line(text: str, code: int | None) -> str:
     return (errors[-1] if errors else (lines[-1] if lines else f"exit code {code}")).strip()[:ERROR_TAIL]
 
 
-def body(spec: dict[str, Any]) -> dict[str, Any]:
+def body(spec: HandoverSpec) -> HandoverReply:
     import yaml
 
     from .export import DATA_DIR, MODEL_DIR, model_is_saved, python_kwargs, trl_config
@@ -243,11 +245,10 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
     from .models import load_config, uses_random_weights
     from ..vlm.vision import is_vlm
 
-    job, run_path = spec["job"], Path(spec["run_path"])
-    work = Path(spec["work_dir"])
+    job, run_path, work = spec.job, spec.run_path, spec.work_dir
     work.mkdir(parents=True, exist_ok=True)
-    stored = read_rows(Path(spec["rows_path"]))
-    config = load_config(Path(spec["model_config_path"]))
+    stored = read_rows(spec.rows_path)
+    config = load_config(spec.model_config_path)
     fields = sft_fields()
     vision = is_vlm(config)
     model_dir = run_path / MODEL_DIR
@@ -256,13 +257,13 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
         # Weights built from a config (presets, smoke, weights=random) exist only here: saved once.
         if uses_random_weights(job) and not (model_dir / "config.json").exists():
             save_model(job, config, model_dir, stored["pad_id"])
-    targets = (vlm_lora_targets(config) if vision else lora_targets(config)) if job.get("method") == "lora" else None
-    files = {str(c["trial"]): trl_config(job, c["knobs"], fields=fields, cpu=spec["cpu"], run_path=run_path,
-                                         lora_targets=targets) for c in spec["candidates"]}
-    result: dict[str, Any] = {"files": files, "kwargs": {t: python_kwargs(f) for t, f in files.items()},
-                              "lora_target_modules": targets}
-    if not spec["realize"]:
-        return {**result, "realized": {"state": "skipped", "reason": spec["skip_reason"]}}
+    targets = (vlm_lora_targets(config) if vision else lora_targets(config)) if job.method == "lora" else None
+    files = {str(c.trial): trl_config(job, c.knobs, fields=fields, cpu=spec.cpu, run_path=run_path,
+                                      lora_targets=targets) for c in spec.candidates}
+    kwargs = {t: python_kwargs(f) for t, f in files.items()}
+    if not spec.realize:
+        return {"files": files, "kwargs": kwargs, "lora_target_modules": targets,
+                "realized": {"state": "skipped", "reason": spec.skip_reason}}
     # The run copies read the run's rows (and its saved weights where trials built them from a config):
     # the same rows as every trial; for a preset on synthetic data they are the handed-over files as they are.
     run_files = {}
@@ -275,77 +276,78 @@ def body(spec: dict[str, Any]) -> dict[str, Any]:
             copy["model_name_or_path"] = str(model_dir)
         run_files[trial] = work / f"trial-{trial}.yaml"
         run_files[trial].write_text(yaml.safe_dump(copy, sort_keys=False))
-    result["realized"] = interleave(spec, run_files, work)
-    return result
+    return {"files": files, "kwargs": kwargs, "lora_target_modules": targets,
+            "realized": interleave(spec, run_files, work)}
 
 
-def _env(spec: dict[str, Any]) -> dict[str, str]:
+def _env(spec: HandoverSpec) -> dict[str, str]:
     env = dict(os.environ)
     env.pop(common.OWNER_ENV, None)
     env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_DISABLE_TELEMETRY="1")
-    if spec["cpu"]:
+    if spec.cpu:
         # As trials run on a CPU: one core left for everything else (step times swing otherwise).
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 2) - 1))
-    if spec.get("offline"):
+    if spec.offline:
         env["HF_HUB_OFFLINE"] = "1"  # everything is on disk: no hub retries inside the timed runs
     return env
 
 
-def interleave(spec: dict[str, Any], files: dict[str, Path], work: Path) -> dict[str, Any]:
+def interleave(spec: HandoverSpec, files: dict[str, Path], work: Path) -> Realized:
     """Baseline and best, N then 2N steps, in turn; a best that TRL refuses gives way to the next
     candidate (the kept configs before it, back to the baseline)."""
     from .trl_args import environment, outside_trl
 
-    env, timeout = _env(spec), float(spec["run_timeout_s"])
+    env, timeout = _env(spec), spec.run_timeout_s
     warm_trl(env)
-    runs: list[dict[str, Any]] = []
+    runs: list[RunRecord] = []
 
-    def go(candidate: dict[str, Any], steps: int, label: str) -> dict[str, Any]:
+    def go(candidate: Candidate, steps: int, label: str) -> TimedRun:
         n = len(runs)
         # Run as the user is told to run it: the header's environment lines set (the allocator's).
-        run = run_file(files[str(candidate["trial"])], steps, work / f"out-{n}", work / f"run-{n:02d}-{label}.log",
-                       timeout, environment(candidate["knobs"]))
-        runs.append({"config": label, "trial": candidate["trial"], **run})
+        run = run_file(files[str(candidate.trial)], steps, work / f"out-{n}", work / f"run-{n:02d}-{label}.log",
+                       timeout, environment(candidate.knobs))
+        runs.append({"config": label, "trial": candidate.trial, **run})
         return run
 
-    *tried, baseline = spec["candidates"]
-    first = go(baseline, baseline["steps"], "baseline")
+    *tried, baseline = spec.candidates
+    first = go(baseline, baseline.steps, "baseline")
     if first["train_runtime_s"] is None:
         return {"state": "failed", "reason": f"`trl sft` refused the baseline's file: {first['error']}", "runs": runs,
                 "refused": [{"trial": 0, "error": first["error"]}], "best_trial": 0}
-    refused, best = [], baseline
+    refused: list[Refused] = []
+    best, best_first = baseline, first
     for candidate in tried:
-        run = go(candidate, candidate["steps"], "best")
+        run = go(candidate, candidate.steps, "best")
         if run["train_runtime_s"] is not None:
-            best = candidate
+            best, best_first = candidate, run
             break
-        refused.append({"trial": candidate["trial"], "error": run["error"]})
+        refused.append({"trial": candidate.trial, "error": run["error"]})
     if best is baseline:
         reason = ("no kept config ran in `trl sft`; the baseline is handed over" if tried else
                   "nothing was kept: the baseline's file ran in `trl sft` and is the best")
         return {"state": "complete", "reason": reason, "runs": runs, "refused": refused, "best_trial": 0,
                 "speedup": 1.0}
-    rounds = []
-    for number in range(int(spec["rounds"])):
-        short = {"baseline": first, "best": runs[-1]} if number == 0 else {
-            "baseline": go(baseline, baseline["steps"], "baseline"), "best": go(best, best["steps"], "best")}
-        long = {"baseline": go(baseline, 2 * baseline["steps"], "baseline"), "best": go(best, 2 * best["steps"], "best")}
-        speeds = {}
+    rounds: list[dict[str, float]] = []
+    for number in range(spec.rounds):
+        short = {"baseline": first, "best": best_first} if number == 0 else {
+            "baseline": go(baseline, baseline.steps, "baseline"), "best": go(best, best.steps, "best")}
+        long = {"baseline": go(baseline, 2 * baseline.steps, "baseline"), "best": go(best, 2 * best.steps, "best")}
+        speeds: dict[str, float] = {}
         for label, candidate in (("baseline", baseline), ("best", best)):
             a, b = short[label]["train_runtime_s"], long[label]["train_runtime_s"]
             if a is None or b is None or b <= a:
                 speeds = {}
                 break
-            speeds[label] = candidate["steps"] * spec["job"]["effective_batch"] / (b - a)
+            speeds[label] = candidate.steps * spec.job.effective_batch / (b - a)
         if speeds:
             rounds.append(speeds)
-    base = {"state": "complete", "runs": runs, "refused": refused, "best_trial": best["trial"]}
+    base: Realized = {"state": "complete", "runs": runs, "refused": refused, "best_trial": best.trial}
     if not rounds:
         failed = next((r for r in runs if r["train_runtime_s"] is None), None)
         return {**base, "state": "failed", "reason": (f"a timed run failed: {failed['error']}" if failed else
                 "the longer runs were not slower than the shorter ones: the window was noise")}
     # What `trl sft` cannot be told (fp8 conversion) is not in the timed runs: said, not hidden.
-    untimed = [line for line in outside_trl(best["knobs"]) if not line.startswith("run it with")]
+    untimed = [line for line in outside_trl(best.knobs) if not line.startswith("run it with")]
     return {**base, "reason": ("timed without what no trl sft field does: " + "; ".join(untimed)) if untimed else "",
             "rounds": len(rounds),
             "baseline_samples_per_s": median(r["baseline"] for r in rounds),
@@ -354,7 +356,7 @@ def interleave(spec: dict[str, Any], files: dict[str, Path], work: Path) -> dict
 
 
 def entry(spec_path: Path, result_path: Path) -> int:
-    return common.execute(body, lambda error: False, RealizeFault, spec_path, result_path, typed=False)
+    return common.execute(body, lambda error: False, RealizeFault, spec_path, result_path, HandoverSpec.from_dict)
 
 
 if __name__ == "__main__":

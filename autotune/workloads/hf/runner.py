@@ -9,10 +9,14 @@ an image-text model in autotune's own loop (engine/train.py), whose collator pac
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from ...config.messages import PARITY_STEPS
+from ...config.job import Job
+from ...config.knobs import Knobs
+from ...config.messages import PARITY_STEPS, FrameReply, PeakReading, TrialReply, TrialSpec, thawed
+from ...config.types import JsonObject
 from ...engine import common
+from ...engine.data import StoredRows
 
 # Rows the frame samples for the length spread of a real dataset.
 FRAME_SAMPLE_ROWS = 2000
@@ -20,7 +24,7 @@ FRAME_SAMPLE_ROWS = 2000
 VLM_FRAME_SAMPLE_ROWS = 256
 
 
-def frame(spec: dict[str, Any]) -> dict[str, Any]:
+def frame(spec: TrialSpec) -> FrameReply:
     from ...probes.device import device_facts
     from ...engine.data import length_facts, load_examples, synthetic_rows, tokenize_rows, write_rows
     from .models import build_model, load_tokenizer, model_facts, resolve_config, save_config
@@ -28,62 +32,69 @@ def frame(spec: dict[str, Any]) -> dict[str, Any]:
     from ..vlm.vision import is_vlm
     from ..vlm.frame import frame_vlm, text_limits
 
-    job, device = spec["job"], common.setup_device(spec)
+    job, device = spec.whole_job, common.setup_device(spec)
     config, source = resolve_config(job)
-    save_config(config, Path(spec["model_config_path"]))
-    model = build_model(job, spec["knobs"], device, config)
-    needed = spec["rows_needed"]
+    save_config(config, spec.model_config_file)
+    model = build_model(job, spec.whole_knobs, device, config)
+    needed = int(spec.rows_needed or 0)
     if is_vlm(config):
-        facts = frame_vlm(spec, job, config, model, needed, VLM_FRAME_SAMPLE_ROWS)
-        return {"frame": {"device": device_facts(device, spec.get("peak_cache")),
-                          "model": {**model_facts(model, config), "source": source}, "data": facts["data"],
-                          "limits": facts["limits"] + loop_limits(job, config)}}
-    if job["dataset"] == "synthetic":
+        data, limits = frame_vlm(spec, job, config, model, needed, VLM_FRAME_SAMPLE_ROWS)
+        return {"frame": {"device": device_facts(device, thawed(spec.peak_cache)),
+                          "model": {**model_facts(model, config), "source": source}, "data": data,
+                          "limits": limits + loop_limits(job, config)}}
+    if job.dataset == "synthetic":
         vocab = config.vocab_size
-        sample = synthetic_rows(max(needed, FRAME_SAMPLE_ROWS), job["max_len"], vocab, job.get("seed", 0))
+        sample = synthetic_rows(max(needed, FRAME_SAMPLE_ROWS), job.max_len, vocab, job.seed)
         pad_id = 0
     else:
         tokenizer = load_tokenizer(job)
-        examples = load_examples(job["dataset"], job.get("seed", 0), max(needed, FRAME_SAMPLE_ROWS))
-        sample = tokenize_rows(examples, tokenizer, job["max_len"])
+        examples = load_examples(job.dataset, job.seed, max(needed, FRAME_SAMPLE_ROWS))
+        sample = tokenize_rows(examples, tokenizer, job.max_len)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
         vocab = config.vocab_size
     # Small datasets repeat, so every trial still has the rows it needs in one seeded order.
     rows = [sample[i % len(sample)] for i in range(needed)]
-    write_rows(Path(spec["rows_path"]), rows, pad_id, vocab)
-    return {"frame": {"device": device_facts(device, spec.get("peak_cache")), "model": {**model_facts(model, config), "source": source},
-                      "data": {**length_facts(sample, job["max_len"]), "rows_available": len(sample),
-                               "dataset": job["dataset"]},
-                      "limits": text_limits() + sft_limits(job)}}
+    write_rows(spec.rows_file, rows, pad_id, vocab)
+    return {"frame": {"device": device_facts(device, thawed(spec.peak_cache)), "model": {**model_facts(model, config), "source": source},
+                      "data": {**length_facts(sample, job.max_len), "rows_available": len(sample),
+                               "dataset": job.dataset},
+                      "limits": text_limits() + _sft_limits(job.method, job.allow_numerics_change)}}
 
 
-def sft_limits(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """What a text trial inside trl.SFTTrainer cannot be asked to change, and the job's own limits."""
+def sft_limits(job: Job | Mapping[str, object]) -> list[JsonObject]:
+    """What a text trial inside trl.SFTTrainer cannot be asked to change, and the job's own limits
+    (`job`: a Job, or its `method` and `allow_numerics_change` alone, as `autotune suggest` has them)."""
+    if isinstance(job, Job):
+        return _sft_limits(job.method, job.allow_numerics_change)
+    return _sft_limits(str(job.get("method", "sft")), bool(job.get("allow_numerics_change")))
+
+
+def _sft_limits(method: str, numerics_allowed: bool) -> list[JsonObject]:
     from ...config.knobs import job_limits
 
-    return [{"knob": "chunked_cross_entropy", "value": True, "silent": False,
-             "reason": "trl.SFTTrainer computes the loss chunk by chunk already (its fused LM head): the full "
-                       "logits never exist there"}] + job_limits(job.get("method", "sft"),
-                                                                 bool(job.get("allow_numerics_change")))
+    own: list[JsonObject] = [{"knob": "chunked_cross_entropy", "value": True, "silent": False,
+                              "reason": "trl.SFTTrainer computes the loss chunk by chunk already (its fused LM "
+                                        "head): the full logits never exist there"}]
+    return own + job_limits(method, numerics_allowed)
 
 
-def loop_limits(job: dict[str, Any], config: Any) -> list[dict[str, Any]]:
+def loop_limits(job: Job, config: Any) -> list[JsonObject]:
     """What autotune's own loop (image-text models) does not do, and the job's own limits."""
     from ...config.knobs import job_limits
 
-    limits = [{"knob": name, "value": True, "silent": False, "reason": f"{why}: autotune's own loop (image-text "
-               "models) trains without trl.SFTTrainer"} for name, why in
-              (("use_liger_kernel", "liger-kernel is applied by trl.SFTTrainer"),
-               ("activation_offloading", "activation offloading is TRL's"))]
+    limits: list[JsonObject] = [
+        {"knob": name, "value": True, "silent": False,
+         "reason": f"{why}: autotune's own loop (image-text models) trains without trl.SFTTrainer"}
+        for name, why in (("use_liger_kernel", "liger-kernel is applied by trl.SFTTrainer"),
+                          ("activation_offloading", "activation offloading is TRL's"))]
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(text, "final_logit_softcapping", None) or getattr(text, "logit_scale", None):
         limits.append({"knob": "chunked_cross_entropy", "value": True, "silent": False,
                        "reason": "this model scales or soft-caps its logits, which the chunked loss does not"})
-    return limits + job_limits(job.get("method", "sft"), bool(job.get("allow_numerics_change")))
+    return limits + job_limits(job.method, job.allow_numerics_change)
 
 
-def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dict[str, Any],
-             vision: Any = None) -> dict[str, Any]:
+def _ceiling(spec: TrialSpec, job: Job, device: str, stored: StoredRows, vision: Any = None) -> PeakReading:
     """Two full optimizer steps on micro-batches of max_len rows, in a model (and, for text, a trainer) of
     its own, before anything is timed: a config that cannot survive its worst batch is `oom` without
     spending a measurement."""
@@ -96,9 +107,9 @@ def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dic
     from .models import build_model, load_config
     from ...engine.train import Engine, TrialFault, worst_case_peak
 
-    knobs = spec["knobs"]
-    limit = memory.limit_bytes(memory_total(device), job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN))
-    config = load_config(Path(spec["model_config_path"]))
+    knobs = spec.whole_knobs
+    limit = memory.limit_bytes(memory_total(device), job.mem_limit, job.mem_margin)
+    config = load_config(spec.model_config_file)
     if vision is None:
         from .sft import worst_case_peak as sft_peak
 
@@ -112,17 +123,17 @@ def _ceiling(spec: dict[str, Any], job: dict[str, Any], device: str, stored: dic
     gc.collect()
     if device == "cuda":  # CUDA-only
         torch.cuda.empty_cache()
-    shape = f"{knobs['per_device_train_batch_size']} x {job['max_len']} tokens"
+    shape = f"{knobs.per_device_train_batch_size} x {job.max_len} tokens"
     if reading.get("fits") is False:
         raise TrialFault("oom", reading["reason"], {"ceiling": {**reading, "limit_bytes": limit}})
-    ceiling = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit)}
+    ceiling: PeakReading = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit)}
     if not ceiling["fits"]:
         raise TrialFault("oom", f"the worst-case batch ({shape}) peaks at {reading['bytes'] / 2**30:.2f} GiB, over "
                          f"the limit of {limit / 2**30:.2f} GiB", {"ceiling": ceiling})
     return ceiling
 
 
-def trial(spec: dict[str, Any]) -> dict[str, Any]:
+def trial(spec: TrialSpec) -> TrialReply:
     from ...probes import memory, nvml
     from ...engine.data import read_rows
     from .models import build_model, load_config
@@ -134,17 +145,18 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from .trl_args import environment
 
     # The config's allocator settings, before anything starts CUDA in this child.
-    os.environ.update(environment(spec["knobs"]))
-    job, knobs, device = spec["job"], spec["knobs"], common.setup_device(spec)
-    common.inject_early_fault(spec.get("inject_fault"))
-    stored = read_rows(Path(spec["rows_path"]))
-    config = load_config(Path(spec["model_config_path"]))
-    vision = vision_rows(job, knobs, config, stored, Path(spec["rows_path"]))
-    ceiling = _ceiling(spec, job, device, stored, vision) if spec.get("ceiling") else None
+    os.environ.update(environment(spec.whole_knobs))
+    job, knobs, device = spec.whole_job, spec.whole_knobs, common.setup_device(spec)
+    common.inject_early_fault(spec.inject_fault)
+    rows_path = spec.rows_file
+    stored = read_rows(rows_path)
+    config = load_config(spec.model_config_file)
+    vision = vision_rows(job, knobs, config, stored, rows_path)
+    ceiling = _ceiling(spec, job, device, stored, vision) if spec.ceiling else None
     if vision is None:
         return _text_trial(spec, job, knobs, device, stored, config, ceiling)
     model = build_model(job, knobs, device, config)
-    if spec.get("leak_packed_rows"):
+    if spec.leak_packed_rows:
         # What Trainer + DataCollatorWithFlattening run: the model's default config, cache on, so the
         # mask is built without packed-row detection. Only tests ask for this, to show parity catches it.
         model.config.use_cache = True
@@ -152,24 +164,24 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     memory.reset_peak(device)
     sampler = nvml.Sampler(device).start()
     try:
-        log = run_steps(engine, stored["rows"], knobs, job, stored["pad_id"], spec["measure_steps"], spec["warmup_max"],
-                        inject=spec.get("inject_fault"), leak_packed_rows=spec.get("leak_packed_rows", False),
-                        profile_steps=spec.get("profile_steps", 0), window=sampler, vision=vision)
+        log = run_steps(engine, stored["rows"], knobs, job, stored["pad_id"], spec.measure_steps, spec.warmup_max,
+                        inject=spec.inject_fault, leak_packed_rows=bool(spec.leak_packed_rows),
+                        profile_steps=spec.profile_steps, window=sampler, vision=vision)
     finally:
         sampler.stop()
     peak = memory.read_peak(device)
-    first = PARITY_STEPS * job["effective_batch"]  # the measured rows follow the parity steps' rows
+    first = PARITY_STEPS * job.effective_batch  # the measured rows follow the parity steps' rows
     measured = range(first, first + log.measured_rows)
     from ..vlm.frame import vlm_flops
 
-    window_flops = vlm_flops(model, config, vision, stored["rows"], measured, knobs["gradient_checkpointing"])
-    peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
-    measurement = measurement_of(device, log, window_flops, peak_flops, peak, sampler.summary(), ceiling)
-    return accepted(job, spec, log, measurement)
+    window_flops = vlm_flops(model, config, vision, stored["rows"], measured, knobs.gradient_checkpointing)
+    measurement = measurement_of(device, log, window_flops, spec.peak_flops(knobs.precision), peak, sampler.summary(),
+                                 ceiling)
+    return accepted(spec, log, measurement)
 
 
-def _text_trial(spec: dict[str, Any], job: dict[str, Any], knobs: dict[str, Any], device: str,
-                stored: dict[str, Any], config: Any, ceiling: dict[str, Any] | None) -> dict[str, Any]:
+def _text_trial(spec: TrialSpec, job: Job, knobs: Knobs, device: str, stored: StoredRows, config: Any,
+                ceiling: PeakReading | None) -> TrialReply:
     """A text model's trial: the plan's steps inside `trl.SFTTrainer`, read by autotune's instruments."""
     import trl
 
@@ -180,30 +192,30 @@ def _text_trial(spec: dict[str, Any], job: dict[str, Any], knobs: dict[str, Any]
     from ...engine.train import accepted, measurement_of
 
     rows = stored["rows"]
-    plan = text_plan(rows, knobs, job, spec["measure_steps"], spec["warmup_max"], spec.get("profile_steps", 0))
+    plan = text_plan(rows, knobs, job, spec.measure_steps, spec.warmup_max, spec.profile_steps)
     model = build_model(job, knobs, device, config, for_trainer=True)
     synchronize = torch_synchronize(device)
     memory.reset_peak(device)
     sampler = nvml.Sampler(device).start()
-    instruments = Instruments(plan, step_shape(rows, knobs["padding"], job["max_len"]), synchronize,
-                              spec.get("inject_fault"), sampler, spec.get("leak_packed_rows", False))
+    instruments = Instruments(plan, step_shape(rows, knobs.padding, job.max_len), synchronize,
+                              spec.inject_fault, sampler, bool(spec.leak_packed_rows))
     try:
         trainer = train_planned(model, rows, knobs, job, device, plan, instruments, stored["pad_id"])
     finally:
         log = instruments.close()
         sampler.stop()
     peak = memory.read_peak(device)
-    first = PARITY_STEPS * job["effective_batch"]  # the measured rows follow the parity steps' rows
+    first = PARITY_STEPS * job.effective_batch  # the measured rows follow the parity steps' rows
     window_flops = flops.step_flops(flops.matmul_params(trainer.model), flops.attention_shape(config),
                                     [len(rows[r]) for r in range(first, first + log.measured_rows)],
-                                    knobs["gradient_checkpointing"])
-    peak_flops = (spec.get("peaks") or {}).get("matmul_flops", {}).get(knobs["precision"])
-    measurement = measurement_of(device, log, window_flops, peak_flops, peak, sampler.summary(), ceiling)
+                                    knobs.gradient_checkpointing)
+    measurement = measurement_of(device, log, window_flops, spec.peak_flops(knobs.precision), peak, sampler.summary(),
+                                 ceiling)
     import os
 
     measurement["env"].update(trainer=f"trl.SFTTrainer {trl.__version__}",
                               alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
-    return accepted(job, spec, log, measurement)
+    return accepted(spec, log, measurement)
 
 
 def torch_synchronize(device: str) -> Any:

@@ -24,7 +24,9 @@ from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 from trl import SFTConfig, SFTTrainer
 
-from ...config.messages import measured_ids as measured_row_ids, parity_ids
+from ...config.job import Job
+from ...config.knobs import Knobs
+from ...config.messages import PeakReading, measured_ids as measured_row_ids, parity_ids
 from ...probes import memory
 from ...engine.batching import step_plan, worst_case_rows
 from ...engine.common import loader_context
@@ -71,16 +73,16 @@ class PlanSampler(torch.utils.data.Sampler):
                 yield from micro
 
 
-def text_plan(rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any], measure_steps: int,
+def text_plan(rows: list[list[int]], knobs: Knobs, job: Job, measure_steps: int,
               warmup_max: int, profile_steps: int) -> Plan:
-    effective_batch, micro = job["effective_batch"], knobs["per_device_train_batch_size"]
+    effective_batch, micro = job.effective_batch, knobs.per_device_train_batch_size
     parity, measured_ids = parity_ids(effective_batch), measured_row_ids(effective_batch, measure_steps)
-    if knobs["group_by_length"]:
+    if knobs.group_by_length:
         from transformers.trainer_pt_utils import LengthGroupedSampler
 
         # The trainer passes the rows of one optimizer step as the sampler's batch size.
         grouped = LengthGroupedSampler(effective_batch, lengths=[len(rows[r]) for r in measured_ids],
-                                       generator=torch.Generator().manual_seed(job.get("seed", 0)))
+                                       generator=torch.Generator().manual_seed(job.seed))
         measured_ids = [measured_ids[i] for i in grouped]
     return Plan(step_plan(parity, effective_batch, micro), step_plan(measured_ids, effective_batch, micro),
                 warmup_max, profile_steps)
@@ -103,13 +105,13 @@ def step_shape(rows: list[list[int]], padding: str, max_len: int) -> Callable[[l
     return shape
 
 
-def tokenizer_for(job: dict[str, Any], pad_id: int) -> Any:
+def tokenizer_for(job: Job, pad_id: int) -> Any:
     """What SFTTrainer takes as its processing class. The rows are token ids already, so it only names the
     pad token: the model's own tokenizer where the run has one, else one built in memory whose pad
     token has the rows' pad id."""
     from ...config.presets import PRESETS
 
-    if not (job["model"] in PRESETS or job.get("smoke") or job["dataset"] == "synthetic"):
+    if not (job.model in PRESETS or job.smoke or job.dataset == "synthetic"):
         from .models import load_tokenizer
 
         return load_tokenizer(job)
@@ -121,21 +123,21 @@ def tokenizer_for(job: dict[str, Any], pad_id: int) -> Any:
                                    pad_token="<pad>", unk_token="<unk>")
 
 
-def sft_config(knobs: dict[str, Any], job: dict[str, Any], device: str, output_dir: str, max_steps: int,
+def sft_config(knobs: Knobs, job: Job, device: str, output_dir: str, max_steps: int,
                effective_batch: int | None = None) -> SFTConfig:
     """The knobs by the installed names, and what every trial of a run shares: autotune's engine
     settings (constant learning rate, clipping), its seed, nothing saved, logged or reported."""
     from .trl_args import knob_fields
 
-    fields = knob_fields(knobs, job["max_len"], effective_batch or job["effective_batch"], cpu=device == "cpu",
+    fields = knob_fields(knobs, job.max_len, effective_batch or job.effective_batch, cpu=device == "cpu",
                          sampling="sequential")
     return SFTConfig(output_dir=output_dir, max_steps=max_steps, learning_rate=LEARNING_RATE,
                      lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=MAX_GRAD_NORM,
-                     seed=job.get("seed", 0), save_strategy="no", report_to="none", logging_strategy="no",
+                     seed=job.seed, save_strategy="no", report_to="none", logging_strategy="no",
                      disable_tqdm=True, dataset_kwargs={"skip_prepare_dataset": True}, **fields)
 
 
-def make_trainer(model: torch.nn.Module, rows: list[list[int]], config: SFTConfig, job: dict[str, Any],
+def make_trainer(model: torch.nn.Module, rows: list[list[int]], config: SFTConfig, job: Job,
                  pad_id: int, callbacks: list[Any], sampler: torch.utils.data.Sampler | None = None) -> PlannedSFTTrainer:
     if loader_context(config.dataloader_num_workers) == "fork":
         import multiprocessing
@@ -144,7 +146,7 @@ def make_trainer(model: torch.nn.Module, rows: list[list[int]], config: SFTConfi
         # child, whose default would start each worker by re-importing torch (seconds per worker).
         multiprocessing.set_start_method("fork", force=True)
     peft_config = None
-    if job.get("method") == "lora":
+    if job.method == "lora":
         from peft import LoraConfig
 
         from .trl_args import lora_kwargs
@@ -181,13 +183,13 @@ class CeilingSteps(TrainerCallback):
             control.should_training_stop = True
 
 
-def worst_case_peak(job: dict[str, Any], knobs: dict[str, Any], device: str, model: torch.nn.Module,
-                    vocab_size: int, pad_id: int) -> dict[str, Any]:
+def worst_case_peak(job: Job, knobs: Knobs, device: str, model: torch.nn.Module,
+                    vocab_size: int, pad_id: int) -> PeakReading:
     """Peak memory of two real optimizer steps on micro-batches of max_len rows, in the trainer the
     trial uses (its own instance, on the model given): up to two micro-batches a step, as many as the
     config accumulates (more add no activations)."""
-    micro, max_len = knobs["per_device_train_batch_size"], job["max_len"]
-    accumulated = min(2, job["effective_batch"] // micro)
+    micro, max_len = knobs.per_device_train_batch_size, job.max_len
+    accumulated = min(2, job.effective_batch // micro)
     rows = worst_case_rows(micro, max_len, vocab_size) * (accumulated * CEILING_TRIES)
     steps = CeilingSteps(device)
     try:
@@ -203,7 +205,7 @@ def worst_case_peak(job: dict[str, Any], knobs: dict[str, Any], device: str, mod
     return steps.peak
 
 
-def train_planned(model: torch.nn.Module, rows: list[list[int]], knobs: dict[str, Any], job: dict[str, Any],
+def train_planned(model: torch.nn.Module, rows: list[list[int]], knobs: Knobs, job: Job,
                   device: str, plan: Plan, instruments: Any, pad_id: int) -> Any:
     """The plan's steps through the trainer; returns the trainer (its model is what trained)."""
     used = 1 + max(r for _, _, step in PlanSampler(plan)._all_steps() for micro in step for r in micro)

@@ -8,10 +8,11 @@ from typing import Any
 
 from ...config.job import Job
 from ...config.knobs import Knobs
+from ...config.types import JsonObject
 from .job import MLP_KNOBS
 
 
-def loop_settings(job: Job, knobs: Knobs) -> dict[str, Any]:
+def loop_settings(job: Job, knobs: Knobs) -> JsonObject:
     """The best config of a plain PyTorch loop (model=mlp), in the names of the calls that take it."""
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(knobs.precision)
     return {"DataLoader": {"batch_size": knobs.per_device_train_batch_size,
@@ -33,6 +34,6 @@ def remeasure_command(job: Job, knobs: Knobs) -> str:
     return shlex.join([*words, "max_trials=1"])
 
 
-def best_config(job: Job, knobs: Knobs, **_: Any) -> dict[str, Any]:
+def best_config(job: Job, knobs: Knobs, **_: Any) -> JsonObject:
     return {"schema_version": 1, "knobs": knobs.to_dict(), "pytorch_loop": loop_settings(job, knobs),
             "command": remeasure_command(job, knobs), "caveats": []}

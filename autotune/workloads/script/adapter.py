@@ -13,7 +13,8 @@ from typing import Any
 
 from ...util.errors import JobError
 from ...config.knobs import CATALOG, NAIVE_START, TABLE, Knobs
-from .discover import ALIASES, Discovery, Setting
+from ...config.types import KnobConfig, KnobValue
+from .discover import ALIASES, Discovery, Edits, Setting
 
 # Roles whose value is the knob's own value: the knobs the table gives script names and no other role.
 DIRECT = tuple(knob.name for knob in TABLE if knob.script_names and knob.script_role is None)
@@ -67,7 +68,7 @@ def _like(original: Any, value: Any) -> Any:
 class ScriptAdapter:
     discovery: Discovery
     start: Knobs = field(default_factory=Knobs)
-    tryable: dict[str, tuple] = field(default_factory=dict)   # knob -> values the script can express
+    tryable: dict[str, tuple[KnobValue, ...]] = field(default_factory=dict)   # knob -> values the script can express
     max_len: int | None = None
     effective_batch: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -205,7 +206,7 @@ class ScriptAdapter:
             return "fp16"
         return "tf32" if flags.get("tf32") else "fp32"
 
-    def _padding(self) -> tuple[str | None, tuple]:
+    def _padding(self) -> tuple[str | None, tuple[KnobValue, ...]]:
         free, mode, to_max = (self.discovery.get(r) for r in ("padding_free", "padding", "pad_to_max_length"))
         base = None
         if mode is not None and mode.value in ("max_length", "longest"):
@@ -222,7 +223,7 @@ class ScriptAdapter:
         if base is None and free is None:
             return None, ()
         # Without a padding setting, "longest" names whatever the script does when not packing.
-        values: tuple = ("max_length", "longest") if base else ("longest",)
+        values: tuple[KnobValue, ...] = ("max_length", "longest") if base else ("longest",)
         if free is not None:
             values += ("padding_free",)
         return ("padding_free" if free is not None and _as_bool(free.value) else base or "longest"), values
@@ -298,9 +299,9 @@ class ScriptAdapter:
         return style is not None and name in style
 
     # -- writing a config ----------------------------------------------------------------------------
-    def edits(self, knobs: Knobs) -> tuple[dict[str, list[tuple[list[str], Any]]], list[str]]:
+    def edits(self, knobs: Knobs) -> tuple[Edits, list[str]]:
         """Per config file (as the user named it), the (key path, value) edits; and the extra flags."""
-        files: dict[str, list[tuple[list[str], Any]]] = {}
+        files: Edits = {}
         flags: list[str] = []
 
         def put(setting: Setting | None, value: Any) -> None:
@@ -345,11 +346,11 @@ class ScriptAdapter:
                     put(get("pad_to_multiple_of"), self.max_len if knobs.padding == "max_length" else None)
         return files, flags
 
-    def expected(self, knobs: Knobs) -> dict[str, Any]:
+    def expected(self, knobs: Knobs) -> KnobConfig:
         """What a trial of `knobs` must be seen to do where it differs from the script's own settings
         (workloads/script/checks.py checks it): the changed knobs, and the accumulation that keeps the
         effective batch when the micro-batch moved."""
-        expect = {knob: getattr(knobs, knob) for knob in self.tryable if getattr(knobs, knob) != getattr(self.start, knob)}
+        expect: KnobConfig = {knob: getattr(knobs, knob) for knob in self.tryable if getattr(knobs, knob) != getattr(self.start, knob)}
         if "per_device_train_batch_size" in expect and self.effective_batch:
             expect["micro_batches_per_step"] = self.effective_batch // knobs.per_device_train_batch_size
         return expect

@@ -4,15 +4,20 @@ them) and the command with its flags, launched as the user launches it."""
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...config.job import Job
 from ...config.knobs import Knobs
+from ...config.types import JsonObject
 from . import frameworks, launch
 
+if TYPE_CHECKING:
+    from .adapter import ScriptAdapter
 
-def best_config(job: Job, knobs: Knobs, script: Any = None, **_: Any) -> dict[str, Any]:
-    assert job.script is not None, "a script job's best config"
+
+def best_config(job: Job, knobs: Knobs, script: "ScriptAdapter | None" = None, **_: object) -> JsonObject:
+    """best_config.json for a script job: the edits to the user's files and the command to run."""
+    assert job.script is not None and script is not None, "a script job's best config"
     edits, flags = script.edits(knobs)
     configs, source, environment, launcher_flags = frameworks.split(edits)
     if source:

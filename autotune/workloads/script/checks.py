@@ -12,10 +12,28 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from typing import Any
+from typing import Any, Mapping, TypedDict
+
+from ...config.types import KnobValue
 
 
-def observed(meter: Any) -> dict[str, Any]:
+class Observed(TypedDict):
+    """A measurement's `observed` (schemas/measurement.json), as the child writes it: a dict that crosses
+    to the parent in the run's result and is stored with the trial, so its keys are typed here."""
+
+    rows_per_micro_batch: int | None
+    micro_batches_per_step: int | None
+    compute_dtypes: list[str]
+    compiled: bool
+    gradient_checkpointing: bool | None
+    attn_implementation: str | None
+    widths: list[int]                 # the narrowest and the widest call
+    all_widths_max: bool
+    packed: bool
+    length_jumps: float | None
+
+
+def observed(meter: Any) -> Observed:
     inner = getattr(meter.root, "_orig_mod", meter.root)   # a torch.compile wrapper holds the model
     config = getattr(inner, "config", None)
     dynamo = sys.modules.get("torch._dynamo.utils")
@@ -49,9 +67,9 @@ def length_jumps(lengths: list[float]) -> float | None:
 _DTYPES = {"bf16": {"bfloat16"}, "fp16": {"float16"}, "fp32": {"float32"}, "tf32": {"float32"}}
 
 
-def mismatch(expect: dict[str, Any], seen: dict[str, Any], max_len: int | None) -> str | None:
+def mismatch(expect: Mapping[str, KnobValue], seen: Observed, max_len: int | None) -> str | None:
     """Why the run does not show the edits in `expect` (knob -> value), or None where it does."""
-    def said(knob: str, value: Any, what: str) -> str:
+    def said(knob: str, value: KnobValue, what: str) -> str:
         return f"the script did not apply {knob}={value}: {what}"
 
     for knob, value in expect.items():
@@ -60,7 +78,7 @@ def mismatch(expect: dict[str, Any], seen: dict[str, Any], max_len: int | None) 
         if knob == "micro_batches_per_step" and seen["micro_batches_per_step"] not in (None, value):
             return f"the script did not apply the accumulation that keeps the effective batch ({value} " \
                    f"micro-batches per step): it ran {seen['micro_batches_per_step']}"
-        if knob == "precision" and seen["compute_dtypes"] and set(seen["compute_dtypes"]) != _DTYPES[value]:
+        if knob == "precision" and seen["compute_dtypes"] and set(seen["compute_dtypes"]) != _DTYPES[str(value)]:
             return said(knob, value, f"its model computed in {', '.join(seen['compute_dtypes'])}")
         if knob == "torch_compile" and seen["compiled"] != value:
             return said(knob, value, "nothing was compiled" if value else "its model was compiled")

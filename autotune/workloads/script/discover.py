@@ -43,6 +43,9 @@ ALIASES: dict[str, str] = {
                      "block_size", "model_max_length", "sequence_length"), "max_len"),
 }
 LOOKED_FOR = sorted(ALIASES)
+# A trial's edits by where each goes: a config file's label as the user gave it (or frameworks.py's
+# "script", "env", "launcher") -> [(key path, the value as the setting spells it)].
+Edits = dict[str, list[tuple[list[str], Any]]]
 
 
 @dataclass(frozen=True)

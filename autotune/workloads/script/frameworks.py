@@ -15,13 +15,14 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from .discover import Setting, _alias
+from ...config.types import KnobValue
+from .discover import Edits, Setting, _alias
 
 SCRIPT, ENV, LAUNCHER = "script", "env", "launcher"
 PRECISION_ENV = "ACCELERATE_MIXED_PRECISION"
 _LIGHTNING = ("lightning", "pytorch_lightning")
 # Trainer keywords a trial may change, and Lightning's own default for each.
-_TRAINER = {"precision": "32-true", "accumulate_grad_batches": 1}
+_TRAINER: dict[str, KnobValue] = {"precision": "32-true", "accumulate_grad_batches": 1}
 
 
 def _name(node: ast.AST) -> str | None:
@@ -74,7 +75,7 @@ def _keyword(call: ast.Call, name: str) -> ast.keyword | None:
     return next((k for k in call.keywords if k.arg == name), None)
 
 
-def _in_call(call: ast.Call, callee: str, names: dict[str, Any]) -> list[Setting]:
+def _in_call(call: ast.Call, callee: str, names: dict[str, KnobValue]) -> list[Setting]:
     """A setting per keyword of `names`: its literal value (edited in place), or, where the call lacks
     it, the library's default (added to the call by a trial). A keyword set from a variable is the
     script's flag or config, which discovery reads where it is."""
@@ -142,13 +143,14 @@ def lightning(tree: ast.Module) -> list[Setting]:
     return found
 
 
-def _init_defaults(node: ast.ClassDef) -> dict[str, Any]:
+def _init_defaults(node: ast.ClassDef) -> dict[str, object]:
+    """`__init__`'s keyword -> its default, where that is a constant (whatever its type)."""
     init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
     if init is None:
         return {}
     arguments = init.args.args[len(init.args.args) - len(init.args.defaults):]
     pairs = list(zip(arguments, init.args.defaults)) + list(zip(init.args.kwonlyargs, init.args.kw_defaults))
-    out = {}
+    out: dict[str, object] = {}
     for argument, default in pairs:
         if isinstance(default, ast.Constant):
             out[argument.arg] = default.value
@@ -160,7 +162,7 @@ def settings(tree: ast.Module, launcher: list[str], environ: dict[str, str]) -> 
 
 
 # -- applying a trial's edits --------------------------------------------------------------------
-def split(files: dict[str, list[tuple[list[str], Any]]]) -> tuple[dict[str, Any], list[Any], dict[str, str], list]:
+def split(files: Edits) -> tuple[Edits, list[list[Any]], dict[str, str], list[tuple[str, str]]]:
     """A trial's edits by where they go: config files, the script's own calls, the environment, the
     launcher's flags."""
     configs = {label: edits for label, edits in files.items() if label not in (SCRIPT, ENV, LAUNCHER)}

@@ -15,10 +15,13 @@ import os
 import shlex
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...util.errors import JobError
+
+if TYPE_CHECKING:
+    from ...config.messages import TrialSpec
+    from ...engine.common import Reply
 
 # The launcher's first words -> the module that is that command.
 LAUNCHERS = {("accelerate", "launch"): "accelerate.commands.launch", ("torchrun",): "torch.distributed.run"}
@@ -78,18 +81,19 @@ def _one_process(words: list[str]) -> list[str]:
     return [*words, "--num_processes=1"] if words[:2] == ["accelerate", "launch"] else words
 
 
-def relay(spec: dict[str, Any]) -> dict[str, Any]:
+def relay(spec: TrialSpec) -> Reply:
     """Run this trial again inside the launcher (the runner as the launched module, the spec as given);
     the launched runner's result is this one's."""
     from ...engine.train import TrialFault
 
-    folder = Path(spec["workdir"])
+    folder = spec.work_folder
     folder.mkdir(parents=True, exist_ok=True)
     spec_path, result_path = folder / "launched_spec.json", folder / "launched_result.json"
-    spec_path.write_text(json.dumps(spec))
+    spec_path.write_text(json.dumps(spec.to_dict()))
     result_path.unlink(missing_ok=True)
-    words = _one_process(list(spec["script"]["launcher"]))
-    env = {**os.environ, LAUNCHED_ENV: "1", **spec["script"].get("env", {})}
+    script = spec.script or {}
+    words = _one_process(list(script["launcher"]))
+    env = {**os.environ, LAUNCHED_ENV: "1", **script.get("env", {})}
     code = subprocess.call(command(words, "autotune.workloads.script.runner", [str(spec_path), str(result_path)]),
                            env=env)
     if not result_path.exists():

@@ -17,13 +17,31 @@ losses; the timed steps run with the script's dropout. Where no route is there, 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
 
 from ...config.messages import PARITY_STEPS
+from .rows import Keyed
 
 # The returned loss and its recomputation from the same logits agree to float rounding; at random
 # weights the two alignments' means differ by little more, so the closer one within this is taken.
 _LOSS_MATCH = 1e-4
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """The options of a `cross_entropy` call that its per-row losses are recomputed with."""
+
+    ignore_index: int = -100
+    label_smoothing: float = 0.0
+    weight: Any = None    # a tensor of class weights (torch is imported lazily)
+
+    @classmethod
+    def of(cls, call: Mapping[str, object]) -> "LossOptions":
+        """From the call's own arguments by name (whatever else the user passed is not read)."""
+        ignore, smoothing = call.get("ignore_index", -100), call.get("label_smoothing", 0.0)
+        return cls(ignore if isinstance(ignore, int) else -100,
+                   float(smoothing) if isinstance(smoothing, (int, float)) else 0.0, call.get("weight"))
 
 
 def _float_tensor(value: Any) -> bool:
@@ -35,9 +53,9 @@ def _float_tensor(value: Any) -> bool:
 class LossReader:
     def __init__(self) -> None:
         self.losses: dict[str, dict[str, float]] = {"step1": {}, "step2": {}}
-        self.inside: list[tuple[Any, Any, dict[str, Any]]] = []   # cross_entropy calls in this model call
+        self.inside: list[tuple[Any, Any, LossOptions]] = []   # cross_entropy calls in this model call
         self.in_model = False
-        self.pending: tuple[str, list, Any] | None = None        # a model call whose loss comes after it
+        self.pending: tuple[str, Keyed, Any] | None = None        # a model call whose loss comes after it
         self.calls = self.read = 0
         self.route: str | None = None
         self._dropouts: list[tuple[Any, str, float]] = []
@@ -68,19 +86,21 @@ class LossReader:
         self.inside.clear()
         self.in_model = True
 
-    def end(self, step: int, keyed: list, ids: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-        """The model returned, in parity step `step`: per-row losses by the first route that applies."""
+    def end(self, step: int, keyed: Keyed, ids: Any, args: Any, kwargs: Mapping[str, object], output: Any) -> None:
+        """The model returned, in parity step `step`: per-row losses by the first route that applies.
+        `kwargs`: the model call's own keyword arguments (whatever its forward takes)."""
         self.in_model = False
         self.pending = None
         if step > PARITY_STEPS:
             return
         key = f"step{step}"
         self.calls += 1
-        labels, logits = kwargs.get("labels"), _logits(output, ids)
+        labels: Any = kwargs.get("labels")   # a tensor where given
+        logits = _logits(output, ids)
         if labels is not None and logits is not None:
-            self._rows(key, keyed, ids, logits[:, :-1], labels[:, 1:], {}, "labels")
+            self._rows(key, keyed, ids, logits[:, :-1], labels[:, 1:], LossOptions(), "labels")
             return
-        log_probs = getattr(output, "log_probs", None)
+        log_probs: Any = getattr(output, "log_probs", None)
         if labels is not None and _float_tensor(log_probs) and log_probs.dim() == 2 and log_probs.shape[0] == ids.shape[0]:
             self._token_rows(key, keyed, ids, -log_probs.detach().float(), getattr(output, "label_mask", None))
             return
@@ -92,11 +112,11 @@ class LossReader:
         if logits is not None and targets is not None and loss is not None:
             aligned = _aligned(logits, targets, loss)
             if aligned is not None:
-                self._rows(key, keyed, ids, *aligned, {}, "returned loss")
+                self._rows(key, keyed, ids, *aligned, LossOptions(), "returned loss")
                 return
         self.pending = (key, keyed, ids)
 
-    def cross_entropy(self, logits: Any, target: Any, options: dict[str, Any]) -> None:
+    def cross_entropy(self, logits: Any, target: Any, options: LossOptions) -> None:
         """A `cross_entropy` call: inside the model's forward it is kept for `end`; after it, it is the
         loss of the model call just made."""
         if self.in_model:
@@ -106,11 +126,11 @@ class LossReader:
             self.pending = None
             self._rows(key, keyed, ids, logits.detach(), target.detach(), options, "cross_entropy on the logits")
 
-    def _rows(self, key: str, keyed: list, ids: Any, logits: Any, target: Any, options: dict[str, Any],
+    def _rows(self, key: str, keyed: Keyed, ids: Any, logits: Any, target: Any, options: LossOptions,
               route: str) -> None:
         import torch
 
-        ignore = options.get("ignore_index", -100)
+        ignore = options.ignore_index
         with torch.no_grad():
             if logits.dim() == target.dim() + 1 and logits.shape[:-1] == target.shape:
                 logits = logits.reshape(-1, logits.shape[-1])   # (..., classes) as cross_entropy takes it flat
@@ -119,15 +139,15 @@ class LossReader:
                 flat_target = target
             per = torch.nn.functional.cross_entropy(
                 logits.float(), flat_target, reduction="none", ignore_index=ignore,
-                label_smoothing=options.get("label_smoothing", 0.0),
-                weight=options["weight"].float() if options.get("weight") is not None else None)
+                label_smoothing=options.label_smoothing,
+                weight=options.weight.float() if options.weight is not None else None)
             batch = ids.shape[0]
             per, valid = per.reshape(batch, -1), (flat_target != ignore).reshape(batch, -1)
         self._spans(key, keyed, ids, per, valid)
         self.read += 1
         self.route = self.route or route
 
-    def _token_rows(self, key: str, keyed: list, ids: Any, per: Any, mask: Any) -> None:
+    def _token_rows(self, key: str, keyed: Keyed, ids: Any, per: Any, mask: Any) -> None:
         """Per-token losses (batch, positions) already computed by the model: shifted where one short."""
         import torch
 
@@ -136,7 +156,7 @@ class LossReader:
         self.read += 1
         self.route = self.route or "log_probs"
 
-    def _spans(self, key: str, keyed: list, ids: Any, per: Any, valid: Any) -> None:
+    def _spans(self, key: str, keyed: Keyed, ids: Any, per: Any, valid: Any) -> None:
         width = per.shape[1]
         for row_key, span, index in keyed:
             # A row's positions; shifted targets (one fewer per row) end a position earlier.
@@ -178,7 +198,7 @@ def _loss(output: Any) -> Any:
     return next((v for v in candidates if _float_tensor(v) and v.dim() == 0), None)
 
 
-def _targets(ids: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+def _targets(ids: Any, args: Any, kwargs: Mapping[str, object]) -> Any:
     """An integer tensor of the ids' shape passed beside them (nanoGPT's `model(X, Y)`, `targets=`)."""
     import torch
 
@@ -215,8 +235,7 @@ def patch_cross_entropy(reader_for: Any) -> Any:
         reader = reader_for()
         if reader is not None and isinstance(target, torch.Tensor) and not target.is_floating_point():
             names = ("weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
-            options = {**dict(zip(names, args)), **kwargs}
-            reader.cross_entropy(input, target, options)
+            reader.cross_entropy(input, target, LossOptions.of({**dict(zip(names, args)), **kwargs}))
         return result
 
     torch.nn.functional.cross_entropy = cross_entropy

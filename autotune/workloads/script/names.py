@@ -104,7 +104,7 @@ def _script_names(script: Path) -> list[tuple[str, Any]]:
         if isinstance(node, ast.ClassDef):
             found += list(parsers._own_fields(node).items())
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
-            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+            flags = [str(a.value) for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
             default = next((k.value for k in node.keywords if k.arg == "default"), None)
             value = default.value if isinstance(default, ast.Constant) else None
             found += [(flags[-1], value)] if flags else []

@@ -20,24 +20,60 @@ import dataclasses
 import enum
 import importlib
 import runpy
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ...config.messages import TrialSpec
+from ...config.types import JsonObject, KnobValue
 
 # (module, class, methods) wrapped; a library that is not installed is skipped.
 _TARGETS = (("transformers.hf_argparser", "HfArgumentParser",
              ("parse_args_into_dataclasses", "parse_dict", "parse_json_file", "parse_yaml_file")),
             ("trl.scripts.utils", "TrlParser", ("parse_args_and_config",)))
 _SIMPLE = (bool, int, float, str)
+# One simple field the parser returned: the class that holds it ("Namespace" for argparse's), its value.
+Field = tuple[str, KnobValue]
+
+
+@dataclass(frozen=True)
+class ParserReturn:
+    """What the script's parser returned: the parse method that returned (`TrlParser.parse_args_and_config`)
+    and its simple fields by name. It crosses from the `kind=parse` child as the result's `parsed`
+    (schemas/run_result.json: name -> [class, value])."""
+
+    parser: str | None
+    values: Mapping[str, Field]
+
+    def to_dict(self) -> JsonObject:
+        return {"parser": self.parser, "values": {name: [owner, value] for name, (owner, value) in self.values.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> "ParserReturn":
+        """The child's `parsed`, as checked against its schema by the executor (pairs of class and value)."""
+        parser, values = data.get("parser"), data.get("values")
+        pairs = values.items() if isinstance(values, Mapping) else ()
+        return cls(parser if isinstance(parser, str) else None,
+                   {str(name): (str(pair[0]), pair[1]) for name, pair in pairs
+                    if isinstance(pair, (list, tuple)) and len(pair) == 2 and _simple(pair[1])})
+
+    def simple(self) -> dict[str, KnobValue]:
+        """name -> value, the classes left out."""
+        return {name: value for name, (_, value) in self.values.items()}
+
+
+def _simple(value: object) -> bool:
+    return value is None or isinstance(value, _SIMPLE)
 
 
 class Parsed(BaseException):
     """Ends the script once its parser returned (BaseException: scripts catch Exception)."""
 
 
-def values(result: Any) -> dict[str, list[Any]]:
-    """name -> [the class (or "Namespace") it came from, its value], for each simple field of `result`
+def values(result: object) -> dict[str, Field]:
+    """name -> (the class (or "Namespace") it came from, its value), for each simple field of `result`
     (a dataclass, a Namespace, or a tuple of them); the first class to hold a name keeps it."""
     items = result if isinstance(result, (tuple, list)) else [result]
-    out: dict[str, list[Any]] = {}
+    out: dict[str, Field] = {}
     for item in items:
         if dataclasses.is_dataclass(item) and not isinstance(item, type):
             fields, owner = {f.name: getattr(item, f.name, None) for f in dataclasses.fields(item)}, type(item).__name__
@@ -48,14 +84,14 @@ def values(result: Any) -> dict[str, list[Any]]:
         for name, value in fields.items():
             value = value.value if isinstance(value, enum.Enum) else value
             if (value is None or isinstance(value, _SIMPLE)) and name not in out:
-                out[name] = [owner, value]
+                out[name] = (owner, value)
     return out
 
 
 class Watch:
     def __init__(self) -> None:
         self.depth = 0
-        self.found: dict[str, list[Any]] | None = None
+        self.found: dict[str, Field] | None = None
         self.parser: str | None = None
         self._undo: list[tuple[Any, str, Any]] = []
 
@@ -104,9 +140,9 @@ class Watch:
         self._undo.clear()
 
 
-def parse(spec: dict[str, Any]) -> dict[str, Any]:
-    """The runner's `kind=parse`: the script run until its parser returns, in a copy of the user's
-    folder as a trial's; what that returned."""
+def parse(spec: TrialSpec) -> JsonObject:
+    """The runner's `kind=parse`: the script run until its parser returns, in a copy of the user's folder
+    as a trial's; the result's `parsed`, what that returned."""
     from .workdir import as_main, build_workdir
 
     mirror, script, argv, _ = build_workdir(spec)
@@ -121,7 +157,8 @@ def parse(spec: dict[str, Any]) -> dict[str, Any]:
             return {"parsed": None, "reason": f"the script exited ({stop.code}) before its parser returned"}
     finally:
         watch.remove()
-    return {"parsed": {"parser": watch.parser, "values": watch.found} if watch.found is not None else None}
+    found = ParserReturn(watch.parser, watch.found).to_dict() if watch.found is not None else None
+    return {"parsed": found}
 
 
 # -- the parent's side: one run when the source falls short, and the values the Job keeps ---------------
@@ -130,7 +167,7 @@ PARSER_MARK = "@"   # the stored entry that names the parser: "@TrlParser.parse_
 
 
 def probe(script: Any, configs: list[tuple[Any, str]], args: list[str], cwd: Any, smoke: bool, work: Any,
-          exclude: list[Any]) -> dict[str, Any] | None:
+          exclude: list[Any]) -> ParserReturn | None:
     """What the script's parser returns with these arguments (`parse` in a child process, as a trial
     runs, in a folder under `work`; `exclude`: what its copy of `cwd` leaves out), or None where it did
     not return (the script failed first, or reached its model without one)."""
@@ -139,20 +176,22 @@ def probe(script: Any, configs: list[tuple[Any, str]], args: list[str], cwd: Any
 
     from ...executors.local import LocalExecutor
 
-    spec = {"schema_version": 1, "kind": "parse", "runner": "script", "job": {"seed": 0, "smoke": smoke},
-            "knobs": {"precision": "fp32"},
-            "script": {"path": str(Path(script).resolve()), "cwd": str(cwd),
-                       "configs": [{"label": label, "path": str(Path(path).resolve())} for path, label in configs],
-                       "edits": {}, "args": list(args), "expect": {},
-                       "exclude": [str(Path(path).resolve()) for path in exclude]},
-            "flags": [], "measure_steps": 1, "warmup_max": 0}
+    spec: JsonObject = {
+        "schema_version": 1, "kind": "parse", "runner": "script", "job": {"seed": 0, "smoke": smoke},
+        "knobs": {"precision": "fp32"},
+        "script": {"path": str(Path(script).resolve()), "cwd": str(cwd),
+                   "configs": [{"label": label, "path": str(Path(path).resolve())} for path, label in configs],
+                   "edits": {}, "args": list(args), "expect": {},
+                   "exclude": [str(Path(path).resolve()) for path in exclude]},
+        "flags": [], "measure_steps": 1, "warmup_max": 0}
     with tempfile.TemporaryDirectory(prefix="parse-", dir=work) as folder:
         spec["workdir"] = str(Path(folder).resolve())
         result = LocalExecutor().run(spec, Path(folder), PARSE_TIMEOUT_S)
-    return result.get("parsed") if result.get("state") == "complete" else None
+    found = result.get("parsed") if result.get("state") == "complete" else None
+    return ParserReturn.from_dict(found) if isinstance(found, Mapping) else None
 
 
-def stored(found: dict[str, Any] | None, own: tuple[str, ...] = ()) -> tuple[str, ...]:
+def stored(found: ParserReturn | None, own: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The Job's `script.parsed`: the parser's name, then `name=<JSON value>` for each field discovery
     reads (a known alias, or a name the user mapped with script_knobs=)."""
     import json
@@ -160,20 +199,20 @@ def stored(found: dict[str, Any] | None, own: tuple[str, ...] = ()) -> tuple[str
     from . import names
     from .discover import ALIASES
 
-    if not found or not found.get("values"):
+    if found is None or not found.values:
         return ()
     mapped = names.roles(own)
-    kept = [f"{name}={json.dumps(value)}" for name, (_, value) in found["values"].items()
+    kept = [f"{name}={json.dumps(value)}" for name, value in found.simple().items()
             if names.normal(name) in ALIASES or names.normal(name) in mapped]
-    return (f"{PARSER_MARK}{found.get('parser')}", *kept)
+    return (f"{PARSER_MARK}{found.parser}", *kept)
 
 
-def read(entries: tuple[str, ...]) -> tuple[str | None, dict[str, Any]]:
+def read(entries: tuple[str, ...]) -> tuple[str | None, dict[str, KnobValue]]:
     """The parser's name and name -> value from the Job's `script.parsed`."""
     import json
 
     parser = next((e[len(PARSER_MARK):] for e in entries if e.startswith(PARSER_MARK)), None)
-    found = {}
+    found: dict[str, KnobValue] = {}
     for entry in entries:
         if not entry.startswith(PARSER_MARK):
             name, _, value = entry.partition("=")

@@ -58,16 +58,17 @@ def style_of(tree: ast.Module) -> Style:
     return Style("plain")
 
 
-def read_args(args: list[str]) -> tuple[list[tuple[str, Any, str]], list[str]]:
+def read_args(args: list[str]) -> tuple[list[tuple[str, str | bool, str]], list[str]]:
     """The flags the user's arguments set, as (option, value, form) with value True for a bare flag and
     form "=" or " "; and the config files they name (`--config X`, or a positional config file)."""
-    flags: list[tuple[str, Any, str]] = []
+    flags: list[tuple[str, str | bool, str]] = []
     configs: list[str] = []
     position = 0
     while position < len(args):
         word = args[position]
         if word.startswith("--") and len(word) > 2:
             name, eq, inline = word.partition("=")
+            value: str | bool
             if eq:
                 value, form = inline, "="
             elif position + 1 < len(args) and not args[position + 1].startswith("--"):
@@ -95,16 +96,17 @@ def _imports(tree: ast.Module) -> dict[str, str]:
     return found
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     return value.value if isinstance(value, enum.Enum) else value
 
 
-def library_defaults(module: str, name: str) -> dict[str, Any]:
-    """Each field of an installed library dataclass and the value the parser gives it when absent."""
+def library_defaults(module: str, name: str) -> dict[str, object]:
+    """Each field of an installed library dataclass and the value the parser gives it when absent (the
+    library's own values, of any type: discovery keeps the simple ones)."""
     cls = getattr(importlib.import_module(module), name, None)
     if cls is None or not dataclasses.is_dataclass(cls):
         return {}
-    declared: dict[str, Any] = {}
+    declared: dict[str, object] = {}
     for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
             declared[f.name] = _plain(f.default)
@@ -115,13 +117,13 @@ def library_defaults(module: str, name: str) -> dict[str, Any]:
     return {**declared, **resolved}
 
 
-def _resolved(cls: Any, names: list[str]) -> dict[str, Any]:
+def _resolved(cls: Any, names: list[str]) -> dict[str, object]:
     """What the class's `__post_init__` makes of the defaults it leaves None (SFTConfig: bf16 = not fp16,
     activation checkpointing on). Built on the CPU (`use_cpu`, which alone changes pin_memory and the
     device: those come from the declared defaults), with the process's environment and accelerate's
     shared state put back, so that nothing of it stays in autotune's own process."""
     fields = {f.name for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, str | bool] = {}
     if "output_dir" in fields:
         kwargs["output_dir"] = tempfile.gettempdir()
     if "use_cpu" in fields:
@@ -148,8 +150,9 @@ def _resolved(cls: Any, names: list[str]) -> dict[str, Any]:
             PartialState._shared_state.update(state_before)
 
 
-def _own_fields(node: ast.ClassDef) -> dict[str, Any]:
-    values = {}
+def _own_fields(node: ast.ClassDef) -> dict[str, object]:
+    """field -> its default as a literal in the source (None where it has none)."""
+    values: dict[str, object] = {}
     for item in node.body:
         if not (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)):
             continue
@@ -163,11 +166,11 @@ def _own_fields(node: ast.ClassDef) -> dict[str, Any]:
     return values
 
 
-def dataclass_fields(tree: ast.Module, classes: tuple[str, ...]) -> dict[str, tuple[str, Any]]:
+def dataclass_fields(tree: ast.Module, classes: tuple[str, ...]) -> dict[str, tuple[str, object]]:
     """field -> (the class that declares it, its default) over the parser's dataclasses."""
     imports = _imports(tree)
     defined = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    fields: dict[str, tuple[str, Any]] = {}
+    fields: dict[str, tuple[str, object]] = {}
 
     def add(name: str, seen: frozenset[str] = frozenset()) -> None:
         if name in seen:
@@ -202,7 +205,7 @@ def needs_parse(tree: ast.Module) -> bool:
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _name(node.func) == "add_argument":
-            flags = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
+            flags = [str(a.value) for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("--")]
             default = next((k.value for k in node.keywords if k.arg == "default"), None)
             if flags and default is not None and _alias(flags[-1].lstrip("-")):
                 try:

@@ -22,9 +22,9 @@ def _tree(text: str, label: str) -> ast.Module:
         raise JobError(f"{label}: not valid Python ({error.msg}, line {error.lineno}); fix the file") from None
 
 
-def assignments(tree: ast.Module) -> dict[str, tuple[Any, ast.AST]]:
+def assignments(tree: ast.Module) -> dict[str, tuple[object, ast.expr]]:
     """name -> (literal value, value node) for each module-level `name = literal` (the last one wins)."""
-    found: dict[str, tuple[Any, ast.AST]] = {}
+    found: dict[str, tuple[object, ast.expr]] = {}
     for node in tree.body:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             target, value = node.targets[0].id, node.value
@@ -39,8 +39,8 @@ def assignments(tree: ast.Module) -> dict[str, tuple[Any, ast.AST]]:
     return found
 
 
-def read(text: str, label: str) -> dict[str, Any]:
-    """A Python config file's literal settings."""
+def read(text: str, label: str) -> dict[str, object]:
+    """A Python config file's literal settings (the user's own: any literal, of any type)."""
     return {name: value for name, (value, _) in assignments(_tree(text, label)).items()}
 
 
@@ -60,7 +60,7 @@ def edit(text: str, edits: list[tuple[list[str], Any]]) -> str:
         if name in found:
             node = found[name][1]
             start = offsets[node.lineno - 1] + node.col_offset
-            end = offsets[node.end_lineno - 1] + node.end_col_offset
+            end = offsets[(node.end_lineno or node.lineno) - 1] + (node.end_col_offset or 0)
             spans.append((start, end, repr(value).encode()))
         else:
             appended.append(f"{name} = {value!r}\n")

@@ -17,7 +17,7 @@ once. That is "the script's own sampler says so" of an order change whose first 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, TypedDict
 
 from ...config.messages import PARITY_STEPS
 
@@ -25,6 +25,30 @@ _LIBRARIES = ("torch.", "transformers.", "accelerate.", "trl.")
 _MOST_ROWS = 5_000_000   # a larger data set's sampler is not walked (its epoch would cost seconds)
 KEY_CHARS = 16    # hex digits of a row's key: 64 bits, no collision in any run's rows
 _HEAD_TOKENS = 8  # a row's first tokens: the same head and another length is the row truncated or joined
+
+
+class SamplerOrder(TypedDict, total=False):
+    """What the first loader's library sampler hands out in one epoch (parity_rows' `order`); empty
+    where the loader was read and its sampler makes no claim (probes/row_parity.py reads it)."""
+
+    sampler: str         # the innermost sampler's class
+    rows: int            # the data set's rows
+    permutation: bool    # each row once (all but a dropped last batch)
+
+
+class ParityRows(TypedDict):
+    """A script trial's `parity_rows` (schemas/measurement.json), read by probes/row_parity.py."""
+
+    step1: dict[str, float]              # row key -> its loss in the first parity step
+    step2: dict[str, float]
+    splits: list[list[list[str]]]        # each parity step's micro-batches, as row keys in order
+    rows: dict[str, list[Any]]           # row key -> [times trained, tokens, key of its first tokens]
+    steps: int
+    order: SamplerOrder | None
+
+
+# A model call's rows: (row key, its span of positions, its row in the batch), as runner._row_keys keys them.
+Keyed = list[tuple[str, slice, int]]
 
 
 def row_key(tokens: list[int]) -> str:
@@ -35,9 +59,9 @@ class Census:
     def __init__(self) -> None:
         self.rows: dict[str, list[Any]] = {}              # key -> [count, tokens, head]
         self.splits: list[list[list[str]]] = [[] for _ in range(PARITY_STEPS)]
-        self.order: dict[str, Any] | None = None          # what the first loader's sampler hands out
+        self.order: SamplerOrder | None = None            # what the first loader's sampler hands out
 
-    def add(self, step: int, keyed: list[tuple[str, slice, int]], ids: Any) -> None:
+    def add(self, step: int, keyed: Keyed, ids: Any) -> None:
         """One model call in optimizer step `step` (1-based): its rows, keyed as runner._row_keys keys them."""
         for key, span, index in keyed:
             entry = self.rows.get(key)
@@ -49,7 +73,7 @@ class Census:
         if step <= PARITY_STEPS:
             self.splits[step - 1].append([key for key, _, _ in keyed])
 
-    def summary(self, losses: dict[str, dict[str, float]], steps: int) -> dict[str, Any] | None:
+    def summary(self, losses: dict[str, dict[str, float]], steps: int) -> ParityRows | None:
         """The trial's `parity_rows`: per-row losses of the parity steps by key, their micro-batches, and
         the rows of all `steps` steps; None where no per-row loss was read."""
         if not losses.get("step1"):
@@ -60,19 +84,20 @@ class Census:
     def loader(self, loader: Any) -> None:
         """A DataLoader's iteration starting: the first one's sampler read (see the module's words)."""
         if self.order is None:
-            self.order = sampler_order(loader) or {}
+            self.order = sampler_order(loader) or SamplerOrder()
 
 
 def _samplers(loader: Any) -> list[Any]:
     """The loader's batch sampler and the samplers inside it, outermost first."""
-    chain, node = [], getattr(loader, "batch_sampler", None) or getattr(loader, "sampler", None)
+    chain: list[Any] = []
+    node = getattr(loader, "batch_sampler", None) or getattr(loader, "sampler", None)
     while node is not None and len(chain) < 6:
         chain.append(node)
         node = getattr(node, "batch_sampler", None) or getattr(node, "sampler", None)
     return chain
 
 
-def sampler_order(loader: Any) -> dict[str, Any] | None:
+def sampler_order(loader: Any) -> SamplerOrder | None:
     """{"sampler", "rows", "permutation"}: whether one epoch of the loader's indices holds each row of its
     data set once (all but a dropped last batch); None where that is not known without side effects."""
     import random

@@ -31,10 +31,11 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ...config.messages import PARITY_STEPS
+from ...config.messages import PARITY_STEPS, FrameReply, PeakReading, TrialSpec, thawed
 from ...engine import common
+from ...engine.common import Reply
 from .losses import LossReader, patch_cross_entropy
-from .rows import Census, row_key, watch_loaders
+from .rows import Census, ParityRows, row_key, watch_loaders
 from .stages import autocast_dtype, synchronize, timed_backward
 from .workdir import _edited, as_main, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
 
@@ -66,21 +67,22 @@ def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int
 
 
 class Meter:
-    def __init__(self, spec: dict[str, Any], device: str = "cpu") -> None:
+    def __init__(self, warmup: int, measure: int, device: str = "cpu", profile_steps: int = 0, max_len: int = 0,
+                 worst_steps: bool = False) -> None:
+        """`warmup`, `measure`, `profile_steps`: the spec's step budget; `worst_steps`: the worst-case steps
+        at `max_len` run after the profiled ones (a trial asked for its ceiling)."""
         from .stages import WORST_STEPS, Phases, WorstCase
 
-        self.warmup, self.measure = spec["warmup_max"], spec["measure_steps"]
+        self.warmup, self.measure = warmup, measure
         self.device = device
         # After the measured steps: the profile steps, then (a memory knob moved) the worst-case ones.
         self.measured_end = PARITY_STEPS + self.warmup + self.measure
-        self.profile_end = self.measured_end + spec.get("profile_steps", 0)
-        max_len = (spec.get("job") or {}).get("max_len") or 0
-        worst = spec.get("ceiling") and spec.get("kind") == "trial" and max_len
-        self.end = self.profile_end + (WORST_STEPS if worst else 0)
+        self.profile_end = self.measured_end + profile_steps
+        self.end = self.profile_end + (WORST_STEPS if worst_steps and max_len else 0)
         self.phases = Phases(synchronize)
         self.worst = WorstCase(max_len)
-        self.measured_peak: dict[str, Any] | None = None
-        self.worst_peak: dict[str, Any] | None = None
+        self.measured_peak: PeakReading | None = None
+        self.worst_peak: PeakReading | None = None
         self.worst_narrowest: int | None = None   # the narrowest model call of the worst-case steps
         self.root: Any = None
         self.depth = 0
@@ -102,6 +104,13 @@ class Meter:
         self.dtypes: set[str] = set()
         self.inner_dtype: str | None = None
         self.packed = False
+
+    @classmethod
+    def of(cls, spec: TrialSpec, device: str) -> "Meter":
+        """The meter of a trial (or a probe) of this spec."""
+        max_len = spec.job.max_len or 0
+        return cls(spec.warmup_max, spec.measure_steps, device, spec.profile_steps, max_len,
+                   spec.ceiling and spec.kind == "trial")
 
     # forward hooks --------------------------------------------------------------------------------
     def before(self, module: Any, args: Any) -> None:
@@ -232,7 +241,7 @@ class Meter:
         return self.reader.parity
 
     @property
-    def parity_rows(self) -> dict[str, Any] | None:
+    def parity_rows(self) -> ParityRows | None:
         """The per-row losses by row key with the rows every step trained (rows.py), for parity by row."""
         # The worst-case steps run autotune's rows, not the script's: they are not among the steps compared.
         steps = min(len(self.ends), self.profile_end)
@@ -258,7 +267,7 @@ def _install(meter: Meter) -> list[Any]:
             watch_loaders(meter.census)]
 
 
-def trial(spec: dict[str, Any]) -> dict[str, Any]:
+def trial(spec: TrialSpec) -> Reply:
     import torch
 
     from ...probes import memory, nvml
@@ -268,16 +277,17 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     from ...probes.profile import breakdown
     from .stages import worst_case
 
-    common.inject_early_fault(spec.get("inject_fault"))
-    os.environ.update(spec["script"].get("env", {}))   # accelerate's precision, where the script reads it there
+    common.inject_early_fault(spec.inject_fault)
+    own = thawed(spec.script or {})
+    os.environ.update(own.get("env", {}))   # accelerate's precision, where the script reads it there
     mirror, script, argv, copied = build_workdir(spec)
-    seed = spec["job"].get("seed", 0)
+    seed = spec.job.seed
     random.seed(seed)
     torch.manual_seed(seed)
-    device = "cuda" if torch.cuda.is_available() and not spec["job"].get("smoke") else "cpu"
+    device = "cuda" if torch.cuda.is_available() and not spec.job.smoke else "cpu"
     if device == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    meter = Meter(spec, device)
+    meter = Meter.of(spec, device)
     handles = _install(meter)
     memory.reset_peak(device)
     sampler = nvml.Sampler(device).start()
@@ -292,7 +302,7 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         if not (meter.worst.active and is_oom(error)):
             raise
         raise TrialFault("oom", f"out of memory at the worst-case batch ({meter.worst.rows} x "
-                         f"{spec['job']['max_len']} tokens)") from None
+                         f"{spec.job.max_len} tokens)") from None
     finally:
         sampler.stop()
         for handle in handles:
@@ -301,11 +311,11 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     if steps < meter.end:
         what = "measuring needs" if steps < needed else "the steps after the measured ones need"
         raise TrialFault("invalid", f"the script ended after {steps} optimizer steps; {what} {meter.end} "
-                         f"({PARITY_STEPS} parity, {spec['warmup_max']} warm-up, {spec['measure_steps']} measured, "
+                         f"({PARITY_STEPS} parity, {spec.warmup_max} warm-up, {spec.measure_steps} measured, "
                          f"{meter.profile_end - needed} profiled, {meter.end - meter.profile_end} at the worst-case batch)")
-    window = slice(needed - spec["measure_steps"], needed)
+    window = slice(needed - spec.measure_steps, needed)
     times = [b - a for a, b in zip(meter.ends[:needed], meter.ends[1:needed])]
-    measured, warmup = times[-spec["measure_steps"]:], times[:-spec["measure_steps"]]
+    measured, warmup = times[-spec.measure_steps:], times[:-spec.measure_steps]
     rows = sum(meter.step_rows[window])
     tokens = meter.step_tokens[window]
     seconds = sum(measured)
@@ -313,12 +323,12 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     if problem or rows == 0:
         raise TrialFault("invalid", problem or "no rows reached the model in the measured steps")
     flops = sum(tokens) * (6 * meter.trainable + 4 * meter.frozen)
-    precision = spec["knobs"]["precision"]
+    precision = spec.knobs.precision
     if meter.dtypes == {"float32"} and precision in ("bf16", "fp16"):
         # The hooks saw every forward in fp32 (a script whose bf16 flag gives no autocast here): MFU is
         # against the peak of what ran, not of what the settings say (the bf16 peak of a CPU can be 20x lower).
         precision = "fp32"
-    peak = (spec.get("peaks") or {}).get("matmul_flops", {}).get(precision)
+    peak = spec.peak_flops(precision)
     mfu = flops / seconds / peak if peak else None
     config = getattr(meter.root, "config", None)
     padded = sum(meter.step_padded[window])
@@ -338,11 +348,13 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
         "tree": copied,
         "breakdown": breakdown(meter.phases.totals(), padded - sum(tokens), sum(tokens)),
     }
-    measurement.update(worst_case(meter, device, spec["job"]))
+    # stages.py reads the job's stored form (its mem_limit, mem_margin and max_len).
+    measurement.update(worst_case(meter, device, spec.job.to_dict()))
     from .checks import mismatch, observed
 
-    measurement["observed"] = observed(meter)
-    wrong = mismatch(spec["script"].get("expect", {}), measurement["observed"], spec["job"].get("max_len"))
+    seen = observed(meter)
+    measurement["observed"] = seen
+    wrong = mismatch(own.get("expect", {}), seen, spec.job.max_len)
     if wrong:
         raise TrialFault("invalid", wrong, {"measurement_rejected": measurement})
     if mfu is not None and mfu > 1:
@@ -350,38 +362,38 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     return {"measurement": measurement}
 
 
-def frame(spec: dict[str, Any]) -> dict[str, Any]:
+def frame(spec: TrialSpec) -> FrameReply:
     from ...probes.device import device_facts, pick_device
 
-    device = "cpu" if spec["job"].get("smoke") else pick_device()
+    device = "cpu" if spec.job.smoke else pick_device()
     if device == "cpu":
         import torch
 
         # As the built-in runner does: one core stays free, or OpenMP spin-waits make timings swing.
         torch.set_num_threads(max(1, (os.cpu_count() or 2) - 1))
-    return {"frame": {"device": device_facts(device, spec.get("peak_cache")), "model": {}, "data": {},
-                      "script": spec["script"].get("listing", [])}}
+    return {"frame": {"device": device_facts(device, thawed(spec.peak_cache)), "model": {}, "data": {},
+                      "script": list((spec.script or {}).get("listing", []))}}
 
 
-def body(spec: dict[str, Any]) -> dict[str, Any]:
-    if spec["kind"] == "frame":
+def body(spec: TrialSpec) -> Reply:
+    if spec.kind == "frame":
         return frame(spec)
-    if spec["kind"] == "parse":
+    if spec.kind == "parse":
         from .parsed import parse
 
         try:
             return parse(spec)
         finally:
-            shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
+            shutil.rmtree(spec.work_folder / "tree", ignore_errors=True)
     from . import launch
 
-    if spec["script"].get("launcher") and not launch.launched():
+    if (spec.script or {}).get("launcher") and not launch.launched():
         return launch.relay(spec)   # the launched runner runs the trial (and cleans its tree)
     try:
         return trial(spec)
     finally:
         # The trial's own copy: the user's folder is not under it.
-        shutil.rmtree(Path(spec["workdir"]) / "tree", ignore_errors=True)
+        shutil.rmtree(spec.work_folder / "tree", ignore_errors=True)
 
 
 def entry(spec_path: Path, result_path: Path) -> int:

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
 
+from ...config.types import JsonObject
 from ..spec import PROFILE_STEPS, SpecInputs
 from . import frameworks
 
 
-def spec_fields(inputs: SpecInputs) -> dict[str, Any]:
+def spec_fields(inputs: SpecInputs) -> JsonObject:
     job, script, cwd = inputs.job, inputs.script, inputs.cwd
     assert job.script is not None and script is not None and cwd is not None, "a script's spec needs its job, adapter, cwd"
     edits, flags = script.edits(inputs.knobs)
     edits, source, environment, launcher_flags = frameworks.split(edits)
-    fields: dict[str, Any] = {
+    fields: JsonObject = {
         "script": {"path": job.script.path, "cwd": str(cwd),
                    "configs": [{"label": label, "path": str((cwd / Path(label).expanduser()).resolve())}
                                for label in job.script.configs],

@@ -17,11 +17,21 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, TypedDict
 
+from ...config.messages import PeakReading
+from ...config.types import JsonValue
 from ...probes.profile import PhaseTimer
 
 WORST_STEPS = 3   # a lead-in step (batches fetched ahead), then the two whose peak is read
+
+
+class WorstCaseFields(TypedDict, total=False):
+    """What the worst-case steps add to a script trial's measurement: the ceiling (the peak with its limit,
+    whether it fits and the batch's shape, "4 x 256 tokens"), or why there is none."""
+
+    ceiling: PeakReading
+    ceiling_unchecked: str
 
 
 class Phases:
@@ -119,7 +129,8 @@ class WorstCase:
     def complete(self) -> bool:
         return self.narrowest is not None and self.narrowest >= self.max_len
 
-    def seen(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    def seen(self, module: Any, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        # `kwargs`: the keyword arguments of the user's own model call, whatever its forward takes.
         import torch
 
         ids = kwargs.get("input_ids", args[0] if args and isinstance(args[0], torch.Tensor) else None)
@@ -186,16 +197,18 @@ def _vocab(module: Any) -> int | None:
     return getattr(embedding, "num_embeddings", None)
 
 
-def ceiling(reading: dict[str, Any], device: str, job: dict[str, Any], rows: int) -> dict[str, Any]:
+def ceiling(reading: PeakReading, device: str, job: Mapping[str, JsonValue], rows: int) -> PeakReading:
     """The worst-case steps' peak against the limit, as the built-in runner records it; a TrialFault
-    `oom` where it does not fit."""
+    `oom` where it does not fit. `job`: the trial spec's job (job.json, checked against its schema)."""
     from ...engine.train import TrialFault
     from ...probes import memory
     from ...probes.device import memory_total
 
-    limit = memory.limit_bytes(memory_total(device), job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN))
-    found = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit),
-             "shape": f"{rows} x {job['max_len']} tokens"}
+    mem_limit, margin, max_len = job.get("mem_limit"), job.get("mem_margin", memory.DEFAULT_MARGIN), job["max_len"]
+    assert (mem_limit is None or isinstance(mem_limit, int)) and isinstance(margin, (int, float)), "job.json's types"
+    limit = memory.limit_bytes(memory_total(device), mem_limit, margin)
+    found: PeakReading = {**reading, "limit_bytes": limit, "fits": memory.fits(reading["bytes"], limit),
+                             "shape": f"{rows} x {max_len} tokens"}
     if not found["fits"]:
         raise TrialFault("oom", f"the worst-case batch ({found['shape']}) peaks at {reading['bytes'] / 2**30:.2f} GiB, "
                          f"over the limit of {limit / 2**30:.2f} GiB", {"ceiling": found})
@@ -239,7 +252,7 @@ def timed_backward(meter: Any) -> Any:
     return types.SimpleNamespace(remove=lambda: setattr(torch.autograd, "backward", original))
 
 
-def worst_case(meter: Any, device: str, job: dict[str, Any]) -> dict[str, Any]:
+def worst_case(meter: Any, device: str, job: Mapping[str, JsonValue]) -> WorstCaseFields:
     """The measurement's `ceiling` after the worst-case steps (nothing where none ran), or why there is
     none: the rows never reached the model at max_len."""
     if meter.worst_peak is not None:

@@ -12,9 +12,10 @@ import ast
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from . import frameworks, parsers, pyconfig
+from ...config.types import KnobValue
 from ...util.errors import JobError
 from .discover import _OWN_NAMES, Discovery, Setting, _alias, parse_script, read_argparse, read_config
 
@@ -55,7 +56,7 @@ def _tree(script: Path) -> ast.Module:
 
 
 def _defaults(script: Path, tree: ast.Module, style: parsers.Style, parser_file: str | None,
-              parsed: dict[str, Any]) -> list[Setting]:
+              parsed: Mapping[str, KnobValue]) -> list[Setting]:
     """The script's defaults; `parsed`: what its parser returned in a run (parsed.py), which beats the source."""
     if style.kind == "dataclass":
         fields = {**parsers.dataclass_fields(tree, style.classes),
@@ -92,7 +93,7 @@ def _lightning_cli_dupes(defaults: list[Setting], in_files: list[Setting]) -> li
 
 
 def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[str], cwd: Path,
-                    parsed: dict[str, Any] | None = None, launcher: tuple[str, ...] = ()) -> Discovery:
+                    parsed: Mapping[str, KnobValue] | None = None, launcher: tuple[str, ...] = ()) -> Discovery:
     tree = _tree(script)
     style = parsers.style_of(tree)
     flags, named = parsers.read_args(args)
@@ -144,7 +145,7 @@ def discover_styles(script: Path, configs: list[tuple[Path, str]], args: list[st
 
 
 def discover(script: Path, configs: list[tuple[Path, str]], args: list[str] | None = None,
-             cwd: Path | None = None, names: tuple[str, ...] = (), parsed: dict[str, Any] | None = None,
+             cwd: Path | None = None, names: tuple[str, ...] = (), parsed: Mapping[str, KnobValue] | None = None,
              launcher: tuple[str, ...] = ()) -> Discovery:
     """What the script's settings are, by every style it is read in (the one entry point of script/).
     `names`: the user's `script_knobs=` pairs; a role they name is the setting of that name alone.

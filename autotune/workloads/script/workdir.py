@@ -8,9 +8,12 @@ import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ...util.errors import JobError
+
+if TYPE_CHECKING:
+    from ...config.messages import TrialSpec
 
 
 def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
@@ -31,12 +34,15 @@ def _edited(text: str, suffix: str, edits: list[tuple[list[str], Any]]) -> str:
     return json.dumps(data, indent=2) if suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
 
 
-def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str, Any]]:
+def build_workdir(spec: TrialSpec) -> tuple[Path, Path, list[str], dict[str, Any]]:
     """The trial's copy of the user's folder: (its root, the script's copy, the argv, how it was copied)."""
     from . import tree
 
-    script = spec["script"]
-    cwd, mirror = Path(script["cwd"]), Path(spec["workdir"]) / "tree"
+    from ...config.messages import thawed
+
+    script = thawed(spec.script or {})   # plain lists and dicts, as the edits and YAML writers take them
+    workdir = spec.work_folder
+    cwd, mirror = Path(script["cwd"]), workdir / "tree"
     files: dict[Path, bytes] = {Path(script["path"]): Path(script["path"]).read_bytes()}
     if script.get("source_edits"):   # keywords of the script's own calls (workloads/script/frameworks.py)
         from .frameworks import edit_source
@@ -53,7 +59,7 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str
         placed[original] = mirror / (original.relative_to(cwd) if inside else Path("_outside", *original.parts[1:]))
     # A copy, never links: whatever the script writes, truncates or deletes stays in the trial's folder.
     try:
-        copied = tree.copy(tree.plan(cwd, [Path(p) for p in script.get("exclude", [])] + [Path(spec["workdir"])]),
+        copied = tree.copy(tree.plan(cwd, [Path(p) for p in script.get("exclude", [])] + [workdir]),
                            mirror)
     except JobError as error:
         from ...engine.train import TrialFault
@@ -70,7 +76,7 @@ def build_workdir(spec: dict[str, Any]) -> tuple[Path, Path, list[str], dict[str
         option, eq, value = word.partition("=")
         return f"{option}={renamed.get(value, value)}" if eq and option.startswith("--") else renamed.get(word, word)
 
-    argv = [rename(a) for a in script.get("args", [])] + list(spec.get("flags", []))
+    argv = [rename(a) for a in script.get("args", [])] + list(spec.flags or ())
     return mirror, placed[Path(script["path"])], argv, copied
 
 

@@ -14,10 +14,14 @@ import json
 import math
 import random
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, TypedDict
 
+from ...engine.data import Example, StoredRows
 from ...util.io import write_bytes_atomic
 from .vision import Vision
+
+if TYPE_CHECKING:
+    import torch
 
 # Sizes (width, height) of common image-text data, the smaller more frequent (COCO, VQA, charts,
 # screenshots); at max_len=512 the largest do not fit a Qwen2-VL row and are skipped, as they would be.
@@ -28,6 +32,21 @@ SYNTHETIC_SIZE_WEIGHTS = (8, 8, 6, 6, 4, 5, 6, 3, 3, 2, 1)
 # (LLaVA-style answers of a few hundred tokens): log-normal words, median 10.
 CAPTION_MEDIAN_WORDS, CAPTION_SIGMA, CAPTION_MAX_WORDS = 10, 0.9, 300
 IMAGE_KEYS = ("images", "image", "img", "picture", "pixel_values")
+
+
+class ImageExample(TypedDict):
+    """One image-text example as the frame reads it: its images, encoded, and its text."""
+
+    images: list[bytes]
+    text: str
+
+
+class BuiltRow(TypedDict):
+    """A row that fits max_len: its token ids, its images (encoded) and their (height, width)."""
+
+    ids: list[int]
+    images: list[bytes]
+    sizes: list[tuple[int, int]]
 
 
 def synthetic_image(rng: random.Random, width: int, height: int) -> bytes:
@@ -43,11 +62,11 @@ def synthetic_image(rng: random.Random, width: int, height: int) -> bytes:
     return out.getvalue()
 
 
-def synthetic_examples(count: int, seed: int) -> list[dict[str, Any]]:
+def synthetic_examples(count: int, seed: int) -> list[ImageExample]:
     """Seeded examples: one image of a realistic size and a caption of a realistic length each."""
     rng = random.Random(seed)
     letters = "abcdefghijklmnopqrstuvwxyz"
-    examples = []
+    examples: list[ImageExample] = []
     for _ in range(count):
         width, height = rng.choices(SYNTHETIC_SIZES, SYNTHETIC_SIZE_WEIGHTS)[0]
         words = int(min(CAPTION_MAX_WORDS, max(3, round(rng.lognormvariate(math.log(CAPTION_MEDIAN_WORDS),
@@ -75,7 +94,7 @@ def _encoded(value: Any, folder: Path | None) -> bytes:
     raise ValueError(f"cannot read an image from a {type(value).__name__}")
 
 
-def example_images(example: dict[str, Any], folder: Path | None = None) -> list[bytes]:
+def example_images(example: Example, folder: Path | None = None) -> list[bytes]:
     for key in IMAGE_KEYS:
         value = example.get(key)
         if value is None:
@@ -85,7 +104,7 @@ def example_images(example: dict[str, Any], folder: Path | None = None) -> list[
     raise ValueError(f"no image column in dataset row with columns {sorted(example)} (looked for {', '.join(IMAGE_KEYS)})")
 
 
-def example_text(example: dict[str, Any]) -> str:
+def example_text(example: Example) -> str:
     """The caption or answer text: the text parts of chat messages, else the usual text columns."""
     messages = example.get("messages") or example.get("conversations")
     if isinstance(messages, list):
@@ -106,7 +125,7 @@ def example_text(example: dict[str, Any]) -> str:
     return max(strings, key=len)
 
 
-def load_image_examples(dataset: str, seed: int, limit: int) -> list[dict[str, Any]]:
+def load_image_examples(dataset: str, seed: int, limit: int) -> list[ImageExample]:
     """Up to `limit` examples as {"images": [bytes], "text": str}, in a seeded order."""
     if dataset == "synthetic":
         return synthetic_examples(limit, seed)
@@ -129,13 +148,14 @@ def image_size(data: bytes) -> tuple[int, int]:
         return image.height, image.width
 
 
-def build_rows(examples: Iterable[dict[str, Any]], vision: Vision, max_len: int) -> tuple[list[dict[str, Any]], int]:
+def build_rows(examples: Iterable[ImageExample], vision: Vision, max_len: int) -> tuple[list[BuiltRow], int]:
     """Rows {ids, images, sizes} that fit max_len, and how many examples were skipped (their images
     alone did not fit with two caption tokens)."""
     tokenizer = vision.tokenizer
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    rows, skipped = [], 0
+    rows: list[BuiltRow] = []
+    skipped = 0
     for example in examples:
         sizes = [image_size(b) for b in example["images"]]
         head = bos + [t for h, w in sizes for t in vision.image_block(h, w)]
@@ -175,14 +195,14 @@ class VisionRows:
     """The image side of a run's rows for one trial: which images each row has, processed per micro-batch
     with the trial's resolution limit (0: the processor's own)."""
 
-    def __init__(self, vision: Vision, stored: dict[str, Any], rows_path: Path, max_pixels: int = 0) -> None:
+    def __init__(self, vision: Vision, stored: StoredRows, rows_path: Path, max_pixels: int = 0) -> None:
         meta = stored["vision"]
         self.vision, self.max_pixels = vision, max_pixels
         self.images, self.sizes = meta["images"], [[tuple(s) for s in sizes] for sizes in meta["sizes"]]
         self.store = ImageStore(rows_path, meta["ends"])
         self.ignore = vision.block_ids
 
-    def micro_batch(self, row_ids: tuple, rows: list[list[int]]) -> tuple[list[list[int]], dict[str, Any]]:
+    def micro_batch(self, row_ids: tuple, rows: list[list[int]]) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
         """The rows as the model sees them at this resolution, and their images' tensors in row order."""
         rows = [self.vision.resize_row(row, self.sizes[r], self.max_pixels) for r, row in zip(row_ids, rows)]
         images = [self.store.image(i) for r in row_ids for i in self.images[r]]

@@ -26,31 +26,48 @@ from typing import Any
 
 import torch
 
+from ...config.job import Job
 from ...probes.vision_flops import vision_module  # noqa: F401 - the tower, for the VLM runners
 
 # Idefics3's tile tags: its processor looks up a 6 x 6 grid of them.
 ROW_COL = tuple(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7))
-# Row-building families: the special tokens around an image, other tags inside an image's block
-# ("marks"), how the image processor takes a resolution limit ("cap": a pixel budget, a longest edge, or
-# none), whether the model needs per-token modality ids (M-RoPE), and whether images are split into
-# tiles the tower sees apart.
-FAMILIES: dict[str, dict[str, Any]] = {
-    "qwen2_vl": {"start": "<|vision_start|>", "image": "<|image_pad|>", "end": "<|vision_end|>",
-                 "extra": ("<|video_pad|>",), "marks": (), "cap": "pixels", "mm_token_type_ids": True,
-                 "tiles": False},
-    "qwen2_5_vl": {"start": "<|vision_start|>", "image": "<|image_pad|>", "end": "<|vision_end|>",
-                   "extra": ("<|video_pad|>",), "marks": (), "cap": "pixels", "mm_token_type_ids": True,
-                   "tiles": False},
-    "llava": {"start": None, "image": "<image>", "end": None, "extra": (), "marks": (), "cap": None,
-              "mm_token_type_ids": False, "tiles": False},
+
+
+@dataclass(frozen=True)
+class Family:
+    """How a family of image-text models builds its rows: the special tokens around an image, other tags
+    inside an image's block (`marks`), how the image processor takes a resolution limit (`cap`: a pixel
+    budget, a longest edge, or none), whether the model needs per-token modality ids (M-RoPE), and
+    whether images are split into tiles the tower sees apart."""
+
+    start: str | None
+    image: str
+    end: str | None
+    extra: tuple[str, ...]
+    marks: tuple[str, ...]
+    cap: str | None
+    mm_token_type_ids: bool
+    tiles: bool
+
+    def token(self, role: str) -> str | None:
+        """The family's token for `role` (start, image, end)."""
+        return {"start": self.start, "image": self.image, "end": self.end}[role]
+
+
+FAMILIES: dict[str, Family] = {
+    "qwen2_vl": Family("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", ("<|video_pad|>",), (), "pixels",
+                       mm_token_type_ids=True, tiles=False),
+    "qwen2_5_vl": Family("<|vision_start|>", "<|image_pad|>", "<|vision_end|>", ("<|video_pad|>",), (), "pixels",
+                         mm_token_type_ids=True, tiles=False),
+    "llava": Family(None, "<image>", None, (), (), None, mm_token_type_ids=False, tiles=False),
     # Every image is scaled to the processor's longest edge, then cut into tiles of one side: a pixel cap
     # is a lower longest edge, in whole tiles (SmolVLM's documented `size={"longest_edge": N * 512}`).
-    "idefics3": {"start": "<fake_token_around_image>", "image": "<image>", "end": None,
-                 "extra": ("<global-img>", "<end_of_utterance>", *ROW_COL), "marks": ("<global-img>", *ROW_COL),
-                 "cap": "edge", "mm_token_type_ids": False, "tiles": True},
+    "idefics3": Family("<fake_token_around_image>", "<image>", None, ("<global-img>", "<end_of_utterance>", *ROW_COL),
+                       ("<global-img>", *ROW_COL), "edge", mm_token_type_ids=False, tiles=True),
 }
 # SmolVLM2 writes an image's block as Idefics3 does (its processor's get_image_prompt_string).
-FAMILIES["smolvlm"] = dict(FAMILIES["idefics3"])
+FAMILIES["smolvlm"] = FAMILIES["idefics3"]
+
 # The in-memory tokenizer: 3 specials, 256 byte tokens, then the family's tokens from id 259 (the ids
 # the presets' configs name).
 BYTE_OFFSET = 3
@@ -63,7 +80,7 @@ def is_vlm(config: Any) -> bool:
 
 def family_tokens(model_type: str) -> list[str]:
     spec = FAMILIES[model_type]
-    return [t for t in (spec["start"], spec["end"], spec["image"], *spec["extra"]) if t]
+    return [t for t in (spec.start, spec.end, spec.image, *spec.extra) if t]
 
 
 def byte_tokenizer(special: list[str]) -> Any:
@@ -90,7 +107,7 @@ def tile_processor(config: Any, image_processor: Any, tokenizer: Any) -> Any:
         # The family's tag names (SmolVLM2's tokenizers use these): the same ones `block_ids` keeps out of
         # the loss targets.
         spec = FAMILIES["smolvlm"]
-        return SmolVLMBlocks(seq_len, spec["start"], spec["image"], "<global-img>")
+        return SmolVLMBlocks(seq_len, str(spec.start), spec.image, "<global-img>")
     from transformers import Idefics3Processor
 
     return Idefics3Processor(image_processor, tokenizer, image_seq_len=seq_len)
@@ -105,7 +122,7 @@ class SmolVLMBlocks:
     image: str
     global_view: str
 
-    def replace_image_token(self, image_inputs: dict[str, Any], image_idx: int) -> str:
+    def replace_image_token(self, image_inputs: dict[str, list[list[int]]], image_idx: int) -> str:
         from transformers.models.smolvlm.processing_smolvlm import get_image_prompt_string
 
         rows = [r for group in image_inputs["rows"] for r in group][image_idx]
@@ -149,35 +166,35 @@ class Vision:
 
     def __post_init__(self) -> None:
         spec = FAMILIES[self.model_type]
-        if spec["tiles"] and self.processor is None:
+        if spec.tiles and self.processor is None:
             self.processor = tile_processor(self.config, self.image_processor, self.tokenizer)
-        self.ids = {role: (self.tokenizer.convert_tokens_to_ids(spec[role]) if spec[role] else None)
+        self.ids = {role: (self.tokenizer.convert_tokens_to_ids(spec.token(role)) if spec.token(role) else None)
                     for role in ("start", "image", "end")}
         if self.ids["image"] != self.config.image_token_id:
-            raise ValueError(f"the tokenizer's {spec['image']} is id {self.ids['image']}, the model's image token "
+            raise ValueError(f"the tokenizer's {spec.image} is id {self.ids['image']}, the model's image token "
                              f"is {self.config.image_token_id}")
 
     @property
     def block_ids(self) -> frozenset[int]:
         """Tokens of image blocks: never loss targets, never cut. (Idefics3's newlines between tile rows
         are plain text tokens, shared with captions: they stay targets, as in the family's own recipes.)"""
-        marks = [self.tokenizer.convert_tokens_to_ids(t) for t in FAMILIES[self.model_type]["marks"]]
+        marks = [self.tokenizer.convert_tokens_to_ids(t) for t in FAMILIES[self.model_type].marks]
         return frozenset(i for i in [*self.ids.values(), *marks] if i is not None)
 
     @property
     def tiled(self) -> bool:
-        return FAMILIES[self.model_type]["tiles"]
+        return FAMILIES[self.model_type].tiles
 
     @property
     def resizable(self) -> bool:
-        return FAMILIES[self.model_type]["cap"] is not None
+        return FAMILIES[self.model_type].cap is not None
 
-    def _size(self, max_pixels: int) -> dict[str, Any]:
+    def _size(self, max_pixels: int) -> dict[str, dict[str, int]]:
         # A processor with no resolution limit is never capped (the frame does not offer it the knob).
         if not max_pixels or not self.resizable:
             return {}
         size = dict(self.image_processor.size)
-        if FAMILIES[self.model_type]["cap"] == "edge":
+        if FAMILIES[self.model_type].cap == "edge":
             # The longest edge whose square holds `max_pixels`, in whole tiles, at least one tile, and
             # never above the processor's own (rows were sized to that).
             tile = int(self.image_processor.max_image_size["longest_edge"])
@@ -194,11 +211,11 @@ class Vision:
         size = self._size(max_pixels).get("size")
         return bool(size) and int(size["longest_edge"]) < int(self.image_processor.size["longest_edge"])
 
-    def _budget(self, max_pixels: int) -> dict[str, Any]:
+    def _budget(self, max_pixels: int) -> dict[str, object]:
         """The same cap as the processor's token arithmetic reads it (a pixel budget as min_pixels /
         max_pixels keys, a longest edge as `size`)."""
-        if FAMILIES[self.model_type]["cap"] == "edge":
-            return self._size(max_pixels)
+        if FAMILIES[self.model_type].cap == "edge":
+            return dict(self._size(max_pixels))
         size = self._size(max_pixels).get("size")
         return {"min_pixels": size["shortest_edge"], "max_pixels": size["longest_edge"]} if size else {}
 
@@ -308,28 +325,28 @@ class Vision:
 
     def extra_inputs(self, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-token modality ids (1 = image) where the model computes M-RoPE positions from them."""
-        if not FAMILIES[self.model_type]["mm_token_type_ids"]:
+        if not FAMILIES[self.model_type].mm_token_type_ids:
             return {}
         return {"mm_token_type_ids": (input_ids == self.ids["image"]).to(torch.int32)}
 
 
-def load_vision(job: dict[str, Any], config: Any) -> Vision:
+def load_vision(job: Job, config: Any) -> Vision:
     """The model's processor: built from parts for presets and smoke, `AutoProcessor` otherwise."""
     from ...config.presets import PRESETS
 
     if config.model_type not in FAMILIES:
         raise ValueError(f"image-text rows for {config.model_type} models are not supported yet "
                          f"(supported: {', '.join(FAMILIES)})")
-    if job["model"] in PRESETS or job.get("smoke"):
+    if job.model in PRESETS or job.smoke:
         return Vision(config.model_type, image_processor_for(config), byte_tokenizer(family_tokens(config.model_type)),
                       config)
     from transformers import AutoImageProcessor, AutoProcessor, AutoTokenizer
 
     try:
-        processor = AutoProcessor.from_pretrained(job["model"])
+        processor = AutoProcessor.from_pretrained(job.model)
     except ImportError:
         # Qwen2-VL's processor also loads a video processor, which needs torchvision (not a dependency);
         # rows need only its image processor and tokenizer, and the count is the same arithmetic.
-        return Vision(config.model_type, AutoImageProcessor.from_pretrained(job["model"]),
-                      AutoTokenizer.from_pretrained(job["model"]), config)
+        return Vision(config.model_type, AutoImageProcessor.from_pretrained(job.model),
+                      AutoTokenizer.from_pretrained(job.model), config)
     return Vision(config.model_type, processor.image_processor, processor.tokenizer, config, processor=processor)

@@ -44,7 +44,7 @@ def demo_job(**keys: Any) -> Job:
 
 
 def test_a_preset_file_names_the_run_folders_model_and_rows(fields, tmp_path):
-    config = trl_config(demo_job().to_dict(), BEST.to_dict(), fields=fields, cpu=True, run_path=tmp_path)
+    config = trl_config(demo_job(), BEST, fields=fields, cpu=True, run_path=tmp_path)
     assert set(config) <= parser_keys()
     assert config["model_name_or_path"] == str(tmp_path / "model") and config["dataset_name"] == str(tmp_path / "data")
     # TRL (>= 1.0) refuses padding_free with max_length set; the rows are truncated already.
@@ -56,7 +56,7 @@ def test_a_preset_file_names_the_run_folders_model_and_rows(fields, tmp_path):
 def test_a_hub_model_and_dataset_are_named_as_given_and_lora_names_its_layers(fields, tmp_path):
     job = Job(run="r", model="Qwen/Qwen2.5-0.5B", dataset="tatsu-lab/alpaca:default", max_len=256, effective_batch=8,
               method="lora")
-    config = trl_config(job.to_dict(), Knobs().to_dict(), fields=fields, cpu=False, run_path=tmp_path,
+    config = trl_config(job, Knobs(), fields=fields, cpu=False, run_path=tmp_path,
                         lora_targets=["q_proj", "v_proj", "o_proj"])
     assert set(config) <= parser_keys() and "use_cpu" not in config
     assert (config["model_name_or_path"], config["dataset_name"], config["dataset_config"]) == (
@@ -65,21 +65,21 @@ def test_a_hub_model_and_dataset_are_named_as_given_and_lora_names_its_layers(fi
     assert (config["use_peft"], config["lora_r"], config["lora_alpha"], config["lora_dropout"]) == (True, 16, 32, 0.0)
     assert config["lora_target_modules"] == ["q_proj", "v_proj", "o_proj"]
     with pytest.raises(ValueError, match="module names"):
-        trl_config(job.to_dict(), Knobs().to_dict(), fields=fields, cpu=False, run_path=tmp_path)
+        trl_config(job, Knobs(), fields=fields, cpu=False, run_path=tmp_path)
 
 
 def test_a_local_data_file_is_named_with_its_builder(fields, tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text('{"text": "a"}\n')
     job = Job(run="r", model="tiny-qwen2", dataset=str(data), max_len=64, effective_batch=4)
-    config = trl_config(job.to_dict(), Knobs().to_dict(), fields=fields, cpu=True, run_path=tmp_path)
+    config = trl_config(job, Knobs(), fields=fields, cpu=True, run_path=tmp_path)
     assert config["datasets"] == [{"path": "json", "data_files": str(data.resolve())}] and "dataset_name" not in config
     trl.DatasetMixtureConfig(datasets=config["datasets"])  # the form TRL's parser builds
 
 
 def test_the_keyword_arguments_are_the_same_file(fields, tmp_path):
     job = demo_job(method="lora")
-    config = trl_config(job.to_dict(), BEST.to_dict(), fields=fields, cpu=True, run_path=tmp_path,
+    config = trl_config(job, BEST, fields=fields, cpu=True, run_path=tmp_path,
                         lora_targets=["q_proj", "k_proj"])
     kwargs = python_kwargs(config)
     sft = trl.SFTConfig(**kwargs["sft_config"])
@@ -98,8 +98,8 @@ def test_the_sdpa_padding_free_caveat_is_gone():
 
 
 def _record(job: Job, fields, run_path: Path, best_trial: int, loop_best: int = 3, **extra) -> dict:
-    configs = {"baseline": trl_config(job.to_dict(), job.start.to_dict(), fields=fields, cpu=True, run_path=run_path),
-               "best": trl_config(job.to_dict(), BEST.to_dict(), fields=fields, cpu=True, run_path=run_path)}
+    configs = {"baseline": trl_config(job, job.start, fields=fields, cpu=True, run_path=run_path),
+               "best": trl_config(job, BEST, fields=fields, cpu=True, run_path=run_path)}
     return {"schema_version": 1, "state": "complete", "reason": "", "loop_best_trial": loop_best, "loop_speedup": 3.0,
             "best_trial": best_trial, "best_knobs": BEST.to_dict(), "configs": configs,
             "kwargs": {k: python_kwargs(v) for k, v in configs.items()}, **extra}
@@ -156,3 +156,24 @@ def test_realize_is_a_job_key_that_tests_can_turn_off():
 
     with pytest.raises(JobError, match="realize"):
         demo_job(realize="maybe")
+
+
+def test_the_hand_over_step_reads_its_spec_typed_and_names_what_is_missing(tmp_path):
+    """output/realize.py's spec, as the hand-over child reads it: a Job, each candidate's Knobs."""
+    from autotune.util.errors import RecordError
+    from autotune.workloads.hf.handover_spec import HandoverSpec
+
+    job = demo_job()
+    spec = {"schema_version": 1, "kind": "realize", "runner": "realize", "job": job.to_dict(),
+            "knobs": job.start.to_dict(), "rows_path": str(tmp_path / "rows.json"),
+            "model_config_path": str(tmp_path / "model_config.json"), "run_path": str(tmp_path),
+            "work_dir": str(tmp_path / "work"), "rounds": 1, "realize": True, "skip_reason": "", "cpu": True,
+            "run_timeout_s": 60, "offline": True,
+            "candidates": [{"trial": 3, "knobs": BEST.to_dict(), "steps": 2},
+                           {"trial": 0, "knobs": job.start.to_dict(), "steps": 2}]}
+    typed = HandoverSpec.from_dict(spec)
+    assert typed.job == job and typed.candidates[0].knobs == BEST and typed.candidates[-1].trial == 0
+    with pytest.raises(RecordError, match="'work_dir'"):
+        HandoverSpec.from_dict({k: v for k, v in spec.items() if k != "work_dir"})
+    with pytest.raises(RecordError, match="malformed"):
+        HandoverSpec.from_dict({**spec, "candidates": [{"trial": 0, "knobs": {"padding": "sideways"}, "steps": 2}]})

@@ -6,6 +6,7 @@ import json
 
 from conftest import make_spec, run_runner, tiny_job
 
+from autotune.config.knobs import Knobs
 from autotune.probes import parity
 from autotune.schemas import validate
 from autotune.workloads.jobs import job_from_dict
@@ -176,10 +177,10 @@ def test_group_by_length_orders_the_measured_rows_as_the_trainer_does():
     from autotune.workloads.hf.sft import text_plan
 
     rows = [[5] * (2 + (7 * i) % 60) for i in range(4 * 6)]
-    job = {"effective_batch": 4, "seed": 0}
-    knobs = {"per_device_train_batch_size": 2, "group_by_length": False}
+    job = tiny_job(effective_batch=4, seed=0)
+    knobs = Knobs(per_device_train_batch_size=2, group_by_length=False)
     plain = text_plan(rows, knobs, job, 3, 2, 0)
-    grouped = text_plan(rows, {**knobs, "group_by_length": True}, job, 3, 2, 0)
+    grouped = text_plan(rows, knobs.with_change("group_by_length", True), job, 3, 2, 0)
     flat = [[r for micro in step for r in micro] for step in grouped.measured]
     measured = list(range(8, 20))
     assert grouped.parity == plain.parity and sorted(sum(flat, [])) == measured

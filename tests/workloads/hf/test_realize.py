@@ -18,6 +18,7 @@ from autotune.workloads.hf.export import yaml_text
 from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import Knobs
 from autotune.workloads.hf import realize as child
+from autotune.workloads.hf.handover_spec import HandoverSpec
 from autotune.engine.data import read_rows, synthetic_rows, write_rows
 from autotune.workloads.hf.models import resolve_config, save_config
 
@@ -40,7 +41,7 @@ def run_folder(tmp_path: Path, best: Knobs = DEMO_BEST, **keys: Any) -> tuple[di
     job = job_from_dict("demo", {"smoke": True, **keys})
     run = tmp_path / "runs" / "demo"
     run.mkdir(parents=True)
-    config, _ = resolve_config(job.to_dict())
+    config, _ = resolve_config(job)
     save_config(config, run / "model_config.json")
     write_rows(run / "rows.json", synthetic_rows(48, job.max_len, config.vocab_size, 0), 0, config.vocab_size)
     spec = {"job": job.to_dict(), "run_path": str(run), "work_dir": str(run / "trials" / "realize" / "work"),
@@ -49,7 +50,7 @@ def run_folder(tmp_path: Path, best: Knobs = DEMO_BEST, **keys: Any) -> tuple[di
                            {"trial": 0, "knobs": job.start.to_dict(), "steps": 2}],
             "rounds": 1, "realize": False, "skip_reason": "tested here", "cpu": True, "run_timeout_s": 300,
             "offline": True}
-    result = child.body(spec)
+    result = child.body(HandoverSpec.from_dict(spec))
     for label, trial in (("baseline", "0"), ("best", "3")):
         (run / f"{label}_config.yaml").write_text(yaml_text(result["files"][trial], "test"))
     return spec, result
@@ -83,7 +84,7 @@ def test_the_baseline_runs_and_a_file_trl_refuses_gives_way_to_it(tmp_path):
     refused = dict(result["files"]["3"], max_length=512)  # what TRL >= 1.0 refuses with padding_free
     files = {"0": Path(spec["run_path"]) / "baseline_config.yaml", "3": work / "refused.yaml"}
     files["3"].write_text(yaml.safe_dump(refused))
-    realized = child.interleave({**spec, "realize": True}, files, work)
+    realized = child.interleave(HandoverSpec.from_dict({**spec, "realize": True}), files, work)
     baseline_run, best_run = realized["runs"]
     assert baseline_run["config"] == "baseline" and baseline_run["exit_code"] == 0 and baseline_run["train_runtime_s"] > 0
     assert best_run["exit_code"] != 0 and realized["best_trial"] == 0
@@ -108,7 +109,7 @@ def test_a_vlm_lora_file_names_the_language_model_layers_the_trials_adapted(tmp_
                                 "effective_batch": 2, "method": "lora"})
     run = tmp_path / "runs" / "vlm"
     run.mkdir(parents=True)
-    config, _ = resolve_config(job.to_dict())
+    config, _ = resolve_config(job)
     save_config(config, run / "model_config.json")
     write_rows(run / "rows.json", synthetic_rows(8, job.max_len, config.text_config.vocab_size, 0), 0,
                config.text_config.vocab_size)
@@ -116,7 +117,7 @@ def test_a_vlm_lora_file_names_the_language_model_layers_the_trials_adapted(tmp_
             "rows_path": str(run / "rows.json"), "model_config_path": str(run / "model_config.json"),
             "candidates": [{"trial": 0, "knobs": job.start.to_dict(), "steps": 2}], "rounds": 1, "realize": False,
             "skip_reason": "an image-text model", "cpu": True, "run_timeout_s": 60, "offline": True}
-    result = child.body(spec)
+    result = child.body(HandoverSpec.from_dict(spec))
     targets = result["files"]["0"]["lora_target_modules"]
     assert targets and all("language_model" in name or "text_model" in name for name in targets)
     assert not any("visual" in name or "vision" in name for name in targets)
@@ -137,9 +138,9 @@ def test_a_timed_run_gets_the_environment_its_file_header_names(tmp_path, monkey
 
     monkeypatch.setattr(trl.cli, "main", main)
     monkeypatch.delenv(ALLOC_CONF, raising=False)
-    env = environment({"expandable_segments": True})
+    env = environment(Knobs(expandable_segments=True))
     assert child._forked(["sft"], tmp_path / "on.log", 60, env) == 0
     assert (tmp_path / "on.log").read_text().strip() == f"{ALLOC_CONF}=expandable_segments:True"
-    assert child._forked(["sft"], tmp_path / "off.log", 60, environment({})) == 0
+    assert child._forked(["sft"], tmp_path / "off.log", 60, environment(Knobs())) == 0
     assert (tmp_path / "off.log").read_text().strip() == f"{ALLOC_CONF}=None"
     assert ALLOC_CONF not in os.environ       # the parent's own environment is left as it was

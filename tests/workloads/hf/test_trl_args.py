@@ -3,7 +3,6 @@ builds an `SFTConfig` and an `SFTTrainer`, and trains a step there (compile: bui
 
 from __future__ import annotations
 
-import dataclasses
 
 import pytest
 
@@ -64,7 +63,7 @@ def _tokenizer():
                                                                           Knobs(**NAIVE_START).diff(k).items()) or "naive")
 def test_every_cpu_value_of_every_knob_runs_in_sft_trainer(knobs, tiny_model_and_rows, tmp_path):
     config, rows, auto = tiny_model_and_rows
-    fields = knob_fields(knobs.to_dict(), MAX_LEN, EFFECTIVE_BATCH, cpu=True)
+    fields = knob_fields(knobs, MAX_LEN, EFFECTIVE_BATCH, cpu=True)
     args = trl.SFTConfig(output_dir=str(tmp_path), max_steps=1, report_to="none", save_strategy="no",
                          logging_steps=1, **fields)
     # What was set is what the trainer holds (TRL defaults bf16 and checkpointing on).
@@ -79,23 +78,22 @@ def test_every_cpu_value_of_every_knob_runs_in_sft_trainer(knobs, tiny_model_and
 
 def test_names_follow_the_installed_sft_config():
     installed = sft_fields()
-    fields = knob_fields(dataclasses.asdict(Knobs(gradient_checkpointing=True, padding="longest",
-                                                   group_by_length=True)), 64, 4)
+    fields = knob_fields(Knobs(gradient_checkpointing=True, padding="longest", group_by_length=True), 64, 4)
     assert set(fields) <= installed
     assert ("activation_checkpointing" in fields) == ("activation_checkpointing" in installed)
     # A transformers before 5.2 / 5.23: the old names, by the same call.
     old = frozenset(installed - {"activation_checkpointing", "train_sampling_strategy"} | {"group_by_length",
                                                                                          "gradient_checkpointing"})
-    legacy = knob_fields(dataclasses.asdict(Knobs(gradient_checkpointing=True, padding="longest",
-                                                  group_by_length=True)), 64, 4, fields=old)
+    legacy = knob_fields(Knobs(gradient_checkpointing=True, padding="longest", group_by_length=True), 64, 4,
+                         fields=old)
     assert legacy["gradient_checkpointing"] is True and legacy["group_by_length"] is True
     assert "activation_checkpointing" not in legacy and "train_sampling_strategy" not in legacy
 
 
 def test_padding_free_passes_no_max_length_and_pinned_defaults_are_explicit():
-    fields = knob_fields(Knobs(padding="padding_free").to_dict(), 512, 16)
+    fields = knob_fields(Knobs(padding="padding_free"), 512, 16)
     assert fields["padding_free"] is True and fields["max_length"] is None and fields["pad_to_multiple_of"] is None
-    naive = knob_fields(Knobs().to_dict(), 512, 16)
+    naive = knob_fields(Knobs(), 512, 16)
     assert naive["bf16"] is False and naive["dataloader_pin_memory"] is False and naive["pad_to_multiple_of"] == 512
     assert naive["gradient_accumulation_steps"] == 16
 
@@ -115,8 +113,8 @@ def test_a_prefetch_factor_means_the_same_in_autotunes_own_loop_as_in_sft_traine
 
     from autotune.engine.common import loader_prefetch
 
-    knobs = Knobs(dataloader_num_workers=2, dataloader_prefetch_factor=factor).to_dict()
+    knobs = Knobs(dataloader_num_workers=2, dataloader_prefetch_factor=factor)
     trl_value = knob_fields(knobs, MAX_LEN, EFFECTIVE_BATCH, cpu=True)["dataloader_prefetch_factor"]
     own = DataLoader(range(8), num_workers=2, prefetch_factor=loader_prefetch(knobs)).prefetch_factor
     assert own == DataLoader(range(8), num_workers=2, prefetch_factor=trl_value).prefetch_factor == (factor or 2)
-    assert loader_prefetch(Knobs(dataloader_num_workers=0, dataloader_prefetch_factor=factor).to_dict()) is None
+    assert loader_prefetch(Knobs(dataloader_num_workers=0, dataloader_prefetch_factor=factor)) is None

@@ -11,6 +11,7 @@ from autotune.executors import LocalExecutor
 from autotune import job_from_dict
 from autotune.workloads.mlp.job import MLP_KNOBS
 from autotune.config.knobs import CATALOG, Knobs
+from autotune.config.messages import TrialSpec
 from autotune.workloads.mlp import runner as mlp
 from autotune.engine.train import TrialFault
 
@@ -25,9 +26,14 @@ def spec(tmp_path, kind: str, **knobs) -> dict:
             "peaks": {"matmul_flops": {"fp32": 1e15}}}
 
 
+def typed(tmp_path, kind: str, **knobs) -> TrialSpec:
+    """The spec as the runner's child reads it."""
+    return TrialSpec.from_dict(spec(tmp_path, kind, **knobs))
+
+
 @pytest.fixture
 def framed(tmp_path):
-    return mlp.frame(spec(tmp_path, "frame"))["frame"]
+    return mlp.frame(typed(tmp_path, "frame"))["frame"]
 
 
 def test_the_frame_describes_the_mlp_and_drops_sequence_knobs(tmp_path, framed):
@@ -43,8 +49,8 @@ def test_the_frame_describes_the_mlp_and_drops_sequence_knobs(tmp_path, framed):
 
 
 def test_a_trial_measures_rows_and_per_row_losses_that_do_not_depend_on_the_split(tmp_path, framed):
-    one = mlp.trial(spec(tmp_path, "trial", per_device_train_batch_size=1))["measurement"]
-    four = mlp.trial(spec(tmp_path, "trial", per_device_train_batch_size=4))["measurement"]
+    one = mlp.trial(typed(tmp_path, "trial", per_device_train_batch_size=1))["measurement"]
+    four = mlp.trial(typed(tmp_path, "trial", per_device_train_batch_size=4))["measurement"]
     for measurement in (one, four):
         assert measurement["samples_per_s"] > 0 and len(measurement["step_times_s"]) == 2
         assert measurement["ceiling"]["fits"] and measurement["ceiling"]["bytes"] > 0
@@ -60,7 +66,7 @@ def test_rows_that_differ_from_the_frames_end_the_trial_as_invalid(tmp_path, fra
     recipe = json.loads((tmp_path / "rows.json").read_text())
     (tmp_path / "rows.json").write_text(json.dumps({**recipe, "sha256": "0" * 64}))
     with pytest.raises(TrialFault) as fault:
-        mlp.trial(spec(tmp_path, "trial"))
+        mlp.trial(typed(tmp_path, "trial"))
     assert fault.value.state == "invalid" and "same rows" in fault.value.reason
 
 

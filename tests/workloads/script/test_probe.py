@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from autotune.workloads.script import names, probe
+from autotune.workloads.script.probe import Seen
 from autotune.workloads.script.styles import discover
 
 
@@ -29,7 +31,7 @@ def test_a_precision_switch_is_a_candidate_only_where_no_precision_setting_was_f
 
 
 def test_a_switch_stands_for_the_precision_the_runs_compute_in():
-    fp32, bf16, fp16 = ({"compute_dtypes": [d]} for d in ("float32", "bfloat16", "float16"))
+    fp32, bf16, fp16 = (Seen(compute_dtypes=(d,)) for d in ("float32", "bfloat16", "float16"))
     # (the run with the switch on, the run with it off)
     assert probe._switch(bf16, fp32) == "bf16" and probe._switch(fp16, fp32) == "fp16"
     assert probe._switch(fp32, fp32) is None      # flipping it changed nothing: not a precision switch
@@ -54,19 +56,19 @@ def test_grouping_is_seen_in_the_row_order_and_packing_in_full_width_unpadded_ba
     grouped = sorted(shuffled, reverse=True)
     assert length_jumps(grouped) < 0.5 * length_jumps(shuffled)
     assert length_jumps(shuffled[:4]) is None          # too few micro-batches to say
-    assert probe._seen_doing("group_by_length", {"length_jumps": length_jumps(grouped)},
-                             {"length_jumps": length_jumps(shuffled)})
-    assert not probe._seen_doing("group_by_length", {"length_jumps": 0.6}, {"length_jumps": 0.62})
+    assert probe._seen_doing("group_by_length", Seen(length_jumps=length_jumps(grouped)),
+                             Seen(length_jumps=length_jumps(shuffled)))
+    assert not probe._seen_doing("group_by_length", Seen(length_jumps=0.6), Seen(length_jumps=0.62))
     # Rows grouped within each step: the same rows, another order, less padding; not another set of rows.
-    off = {"length_jumps": 0.6, "rows": {"a": 1, "b": 1}, "sequence": ["a", "b"], "padding_share": 0.4}
-    assert probe._seen_doing("group_by_length", {**off, "length_jumps": 0.5, "sequence": ["b", "a"],
-                                                 "padding_share": 0.1}, off)
-    assert not probe._seen_doing("group_by_length", {**off, "length_jumps": 0.5, "rows": {"a": 2},
-                                                     "sequence": ["a", "a"], "padding_share": 0.1}, off)
-    packed = {"packed": False, "all_widths_max": True, "padding_share": 0.0}
-    padded = {"packed": False, "all_widths_max": False, "padding_share": 0.31}
+    off = Seen(length_jumps=0.6, rows={"a": 1, "b": 1}, sequence=("a", "b"), padding_share=0.4)
+    assert probe._seen_doing("group_by_length", replace(off, length_jumps=0.5, sequence=("b", "a"),
+                                                        padding_share=0.1), off)
+    assert not probe._seen_doing("group_by_length", replace(off, length_jumps=0.5, rows={"a": 2},
+                                                            sequence=("a", "a"), padding_share=0.1), off)
+    packed = Seen(packed=False, all_widths_max=True, padding_share=0.0)
+    padded = Seen(packed=False, all_widths_max=False, padding_share=0.31)
     assert probe._seen_doing("packing", packed, padded)
-    assert probe._seen_doing("packing", {"packed": True}, padded)   # position_ids restarting inside a row
+    assert probe._seen_doing("packing", Seen(packed=True), padded)   # position_ids restarting inside a row
     assert not probe._seen_doing("packing", padded, padded) and not probe._seen_doing("packing", packed, packed)
 
 
@@ -84,3 +86,14 @@ def test_probed_pairs_are_read_as_the_users_and_named_as_probed():
     pairs = ("bsz:per_device_train_batch_size", "accum_every:gradient_accumulation_steps:probed")
     assert names.roles(pairs) == {"bsz": "micro_batch", "accum_every": "accumulation"}
     assert names.probed(pairs) == {"accum_every"}
+
+
+def test_a_probe_runs_measurement_is_read_into_what_the_roles_compare():
+    measurement = {"observed": {"rows_per_micro_batch": 4, "micro_batches_per_step": 2, "compute_dtypes": ["bfloat16"],
+                                "packed": False, "all_widths_max": True, "length_jumps": 0.3},
+                   "data": {"padding_share": 0}, "parity_rows": {"rows": {"a": [2, 9, "h"], "b": [1, 7, "g"]},
+                                                                 "splits": [[["a", "b"]], [["a"]]]}}
+    seen = Seen.of(measurement)
+    assert seen == Seen(4, 2, ("bfloat16",), 0.3, False, True, 0.0, {"a": 2, "b": 1}, ("a", "b", "a"))
+    assert seen.count("accumulation") == 2 and seen.count("micro_batch") == 4
+    assert Seen.of({"observed": {}}) is None and Seen.of({}) is None

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from autotune.workloads.script.runner import Meter, _install
-from autotune.workloads.script.checks import mismatch, observed
+from autotune.workloads.script.checks import Observed, mismatch, observed
 
-SEEN = {"rows_per_micro_batch": 4, "micro_batches_per_step": 2, "compute_dtypes": ["float32"], "compiled": False,
-        "gradient_checkpointing": True, "attn_implementation": "eager", "widths": [256, 256],
-        "all_widths_max": True, "packed": False}
+SEEN: Observed = {"rows_per_micro_batch": 4, "micro_batches_per_step": 2, "compute_dtypes": ["float32"],
+                  "compiled": False, "gradient_checkpointing": True, "attn_implementation": "eager",
+                  "widths": [256, 256], "all_widths_max": True, "packed": False, "length_jumps": None}
 
 
 @pytest.mark.parametrize("expect, reason", [
@@ -40,7 +40,7 @@ def test_edits_the_run_shows_pass():
     not shutil.which("g++") and not shutil.which("c++"), reason="inductor needs a C++ compiler (g++) on a CPU"))])
 def test_a_model_compiles_under_the_hooks_and_is_seen_compiled(backend):
     torch._dynamo.reset()
-    meter = Meter({"warmup_max": 0, "measure_steps": 1})
+    meter = Meter(warmup=0, measure=1)
     model = torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 16))
     compiled = torch.compile(model, backend=backend)
     handles = _install(meter)

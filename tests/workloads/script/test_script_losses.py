@@ -42,7 +42,7 @@ def train(micro: int, loss_in: str = "model") -> Meter:
     model = GPT(nll=loss_in == "returned")
     data = torch.randint(0, VOCAB, (2, ROWS, LENGTH + 1), generator=torch.Generator().manual_seed(1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    meter = Meter({"warmup_max": 0, "measure_steps": 1})
+    meter = Meter(warmup=0, measure=1)
     handles = _install(meter)
     try:
         for step in range(2):

@@ -33,7 +33,7 @@ def _rows(count: int = EFFECTIVE * STEPS) -> list[list[int]]:
 def _hooked(loop) -> Meter:
     """`loop(model)` run under the trial hooks, ended as a trial ends it: after two parity steps, one
     warm-up and one measured step."""
-    meter = Meter({"warmup_max": 1, "measure_steps": 1})
+    meter = Meter(warmup=1, measure=1)
     handles = _install(meter)
     try:
         loop(_model())

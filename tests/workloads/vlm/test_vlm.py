@@ -10,8 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
+from autotune.config.job import Job
 from autotune.workloads.jobs import job_from_dict
-from autotune.config.knobs import NAIVE_START, Knobs
+from autotune.config.knobs import Knobs
 from autotune.config.presets import PRESETS
 from autotune.workloads.vlm.images import build_rows, load_image_examples, synthetic_examples, SYNTHETIC_SIZES
 from autotune.workloads.hf.models import _config_from_dict, build_model, model_facts
@@ -38,7 +39,8 @@ def _image(height: int, width: int) -> Image.Image:
 def test_each_family_loads_from_a_config_through_the_image_text_class(values, cls, method):
     config = _config_from_dict(dict(values))
     assert is_vlm(config)
-    model = build_model({"model": "x", "method": method, "seed": 0, "weights": "random"}, dict(NAIVE_START), "cpu", config)
+    model = build_model(Job(run="t", model="x", dataset="synthetic", max_len=64, effective_batch=1, method=method,
+                        weights="random"), Knobs(), "cpu", config)
     assert cls in {type(m).__name__ for m in model.modules()}
     facts = model_facts(model, config)
     tower = vision_module(model)
@@ -80,7 +82,8 @@ def test_a_local_folder_of_images_and_a_jsonl(tmp_path):
                                           ("tiny-llava", [(224, 224), (480, 640)])])
 def test_image_tokens_are_what_the_processor_and_the_model_expand_to(preset, sizes):
     config, vision = _vision(preset)
-    model = build_model({"model": preset, "seed": 0}, dict(NAIVE_START, attn_implementation="sdpa"), "cpu", config)
+    model = build_model(Job(run="t", model=preset, dataset="synthetic", max_len=64, effective_batch=1),
+                        Knobs(attn_implementation="sdpa"), "cpu", config)
     for height, width in sizes:
         tensors = vision.tensors([_image(height, width)])
         if "image_grid_thw" in tensors:  # the processor's own arithmetic: grid / merge²

@@ -77,13 +77,13 @@ def _reference_block(folder: Path, model_type: str, image) -> list[int]:
             config = json.loads((folder / "config.json").read_text())
             seq_len = (config["vision_config"]["image_size"] // config["vision_config"]["patch_size"]) ** 2 // \
                 config["scale_factor"] ** 2
-            text = get_image_prompt_string(out["rows"][0][0], out["cols"][0][0], seq_len, spec["start"], spec["image"],
+            text = get_image_prompt_string(out["rows"][0][0], out["cols"][0][0], seq_len, spec.start, spec.image,
                                            "<global-img>")
             return tokenizer(text, add_special_tokens=False)["input_ids"]
         count = int(image_processor(images=[image], return_tensors="pt")["image_grid_thw"][0].prod())
-        text = placeholder.replace(spec["image"], spec["image"] * (count // image_processor.merge_size ** 2))
+        text = placeholder.replace(spec.image, spec.image * (count // image_processor.merge_size ** 2))
         return tokenizer(text, add_special_tokens=False)["input_ids"]
-    images = [[image]] if spec["tiles"] else [image]
+    images = [[image]] if spec.tiles else [image]
     out = processor(images=images, text=[placeholder], add_special_tokens=False, return_tensors="pt")
     return out["input_ids"][0].tolist()
 

@@ -10,8 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
+from autotune.config.job import Job
 from autotune.workloads.jobs import job_from_dict
-from autotune.config.knobs import NAIVE_START, Knobs
+from autotune.config.knobs import Knobs
 from autotune.config.presets import PRESETS, preset_for_architecture
 from autotune.engine.batching import IGNORE, collate
 from autotune.workloads.hf.models import _config_from_dict, build_model
@@ -32,7 +33,8 @@ def _image(height: int, width: int, shade: int = 90) -> Image.Image:
 
 @pytest.fixture(scope="module")
 def model():
-    model = build_model({"model": "tiny-idefics3", "seed": 0}, dict(NAIVE_START, attn_implementation="sdpa"), "cpu",
+    model = build_model(Job(run="t", model="tiny-idefics3", dataset="synthetic", max_len=64, effective_batch=1),
+                        Knobs(attn_implementation="sdpa"), "cpu",
                         CONFIG)
     return model.eval()
 
@@ -137,7 +139,7 @@ def test_idefics3_rows_train_through_the_runner_in_micro_batches(tmp_path):
     # drops that value (it would measure the same config); a lower cap is allowed.
     vision = _vision()
     assert vision.caps(112 * 112) and not vision.caps(IMAGE_PIXEL_CAP)
-    limits = vlm_limits({"allow_image_resize": True}, "idefics3", vision.resizable, tower_trains=True,
+    limits = vlm_limits(True, "idefics3", vision.resizable, tower_trains=True,
                         caps_nothing=not vision.caps(IMAGE_PIXEL_CAP))
     assert [limit.get("value") for limit in limits if limit["knob"] == "max_image_pixels"] == [IMAGE_PIXEL_CAP]
 

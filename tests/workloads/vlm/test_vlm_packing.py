@@ -8,6 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
+from autotune.config.job import Job
 from autotune.workloads.jobs import job_from_dict
 from autotune.config.knobs import NAIVE_START, Knobs
 from autotune.config.presets import PRESETS
@@ -64,7 +65,8 @@ def test_packed_mrope_positions_are_the_models_own_per_row(preset):
     config = _config_from_dict(dict(PRESETS[preset]))
     vision = Vision(config.model_type, image_processor_for(config), byte_tokenizer(family_tokens(config.model_type)),
                     config)
-    model = build_model({"model": preset, "seed": 0}, dict(NAIVE_START, attn_implementation="sdpa"), "cpu",
+    model = build_model(Job(run="t", model=preset, dataset="synthetic", max_len=64, effective_batch=1),
+                        Knobs(attn_implementation="sdpa"), "cpu",
                         config)
     sizes = [(224, 224), (336, 448), (480, 640)]
     rows = [[1] + vision.block(vision.count(h, w)) + list(range(40, 43 + 5 * i)) for i, (h, w) in enumerate(sizes)]
@@ -91,7 +93,7 @@ def test_packed_mrope_positions_are_the_models_own_per_row(preset):
 
 def test_padding_free_is_a_limit_only_where_packing_is_not_checked():
     def packing(model_type: str) -> list[dict]:
-        return [limit for limit in vlm_limits({}, model_type, True, False) if limit["knob"] == "padding"]
+        return [limit for limit in vlm_limits(False, model_type, True, False) if limit["knob"] == "padding"]
 
     assert packing("llava") == packing("idefics3") == packing("smolvlm") == packing("qwen2_vl") == \
         packing("qwen2_5_vl") == []

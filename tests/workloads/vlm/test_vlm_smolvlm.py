@@ -8,7 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from autotune.config.knobs import NAIVE_START
+from autotune.config.job import Job
+from autotune.config.knobs import Knobs
 from autotune.config.presets import PRESETS, preset_for_architecture
 from autotune.workloads.hf.models import _config_from_dict, build_model
 from autotune.workloads.vlm.vision import Vision, byte_tokenizer, family_tokens, image_processor_for
@@ -18,7 +19,8 @@ CONFIG = _config_from_dict(dict(PRESETS["tiny-smolvlm"]))
 
 @pytest.fixture(scope="module")
 def model():
-    model = build_model({"model": "tiny-smolvlm", "seed": 0}, dict(NAIVE_START, attn_implementation="sdpa"), "cpu",
+    model = build_model(Job(run="t", model="tiny-smolvlm", dataset="synthetic", max_len=64, effective_batch=1),
+                        Knobs(attn_implementation="sdpa"), "cpu",
                         CONFIG)
     return model.eval()
 
