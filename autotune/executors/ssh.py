@@ -218,6 +218,20 @@ class SSHExecutor:
             self._kill(remote)
             raise
 
+    def _launcher_log(self, remote: str) -> str:
+        """The last line of what the heartbeat launcher wrote (an import error, a missing python), or ""."""
+        try:
+            sftp = self.client.open_sftp()
+            try:
+                with sftp.open(f"{remote}/launcher.log") as handle:
+                    text = handle.read().decode(errors="replace")
+            finally:
+                sftp.close()
+        except _DROPPED:
+            return ""
+        lines = [line for line in text.splitlines() if line.strip()]
+        return lines[-1][:300] if lines else ""
+
     def _wait(self, remote: str, trial_dir: Path, started: float, deadline: float) -> JsonObject:
         last_beat, last_change = None, time.monotonic()
         while True:
@@ -238,10 +252,14 @@ class SSHExecutor:
             if beat != last_beat:
                 last_beat, last_change = beat, now
             elif now - last_change > self.heartbeat_timeout_s:
+                # A heartbeat that never began is a launch that failed: its launcher's log says why.
+                said = self._launcher_log(remote) if last_beat is None else ""
                 self._kill(remote)
+                what = (f"never began within {self.heartbeat_timeout_s:.0f}s" + (f": {said}" if said else "")
+                        if last_beat is None else f"stopped for {self.heartbeat_timeout_s:.0f}s: the process died "
+                        "or the box went away")
                 return {"state": "crash", "wall_s": round(now - started, 3), "exit_code": None,
-                        "reason": f"the trial's heartbeat on {self.host} stopped for {self.heartbeat_timeout_s:.0f}s: "
-                                  "the process died or the box went away"}
+                        "reason": f"the trial's heartbeat on {self.host} {what}"}
             if now > deadline:
                 self._kill(remote)
                 return {"state": "timeout", "reason": f"no result after {deadline - started:.0f}s; the trial was "

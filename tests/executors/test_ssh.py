@@ -255,3 +255,17 @@ def test_a_key_revoked_in_one_known_hosts_file_is_refused_though_another_lists_i
         SSHExecutor(sshd.host, "revoked", trust_new=trust_new, python=sys.executable, config=str(config)).connect()
     assert "revoked" in str(caught.value) and "ssh-keyscan" not in str(caught.value), caught.value
     assert revoking.read_text() == f"@revoked * {key}\n" and listing.read_text() == sshd.known
+
+
+def test_a_trial_whose_heartbeat_never_begins_says_what_its_launcher_said(trusted, tmp_path):
+    # A launch that fails on the box (here its python is gone) never beats: the reason is the launcher's
+    # own last line, not "the process died".
+    executor = SSHExecutor(trusted.host, "nobeat", python=sys.executable, heartbeat_timeout_s=3)
+    try:
+        executor.prepare()   # the box checked with its real python; then that python is gone
+        executor.python = str(tmp_path / "no-such-python")
+        result = executor.run(make_spec(tmp_path, "frame", job=tiny_job(), rows_needed=8), tmp_path / "frame", 120)
+    finally:
+        executor.close()
+    assert result["state"] == "crash", result
+    assert "never began within 3s" in result["reason"] and "no-such-python" in result["reason"], result["reason"]
