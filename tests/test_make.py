@@ -38,7 +38,7 @@ def clone(tmp_path):
 
 def make(folder: Path, *words: str) -> subprocess.CompletedProcess:
     # Not the variables of a `make test` this suite may run under (MAKEFLAGS carries its PYTEST_ARGS=...).
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PYTEST_ARGS")}
     done = subprocess.run(["make", "--no-print-directory", f"PYTHON={sys.executable}", *words], cwd=folder,
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
