@@ -1,7 +1,7 @@
 """Which rows a script's trial trained, by content: the census parity by row identity reads.
 
 Every training call of the script's model is keyed row by row (a hash of the row's real tokens,
-runner._row_keys), so a row is the same row whatever its position, padding or micro-batch. Over all
+row_keys), so a row is the same row whatever its position, padding or micro-batch. Over all
 the steps a trial runs (parity, warm-up, measured: the same count in every trial of a tune) the census
 counts each row and keeps its length and the hash of its first tokens, which is what names a row that
 was cut short or joined to another (probes/row_parity.py). For the two parity steps it also keeps each
@@ -47,12 +47,27 @@ class ParityRows(TypedDict):
     order: SamplerOrder | None
 
 
-# A model call's rows: (row key, its span of positions, its row in the batch), as runner._row_keys keys them.
+# A model call's rows: (row key, its span of positions, its row in the batch), as row_keys keys them.
 Keyed = list[tuple[str, slice, int]]
 
 
 def row_key(tokens: list[int]) -> str:
     return hashlib.sha1(repr(tokens).encode()).hexdigest()[:KEY_CHARS]
+
+
+def row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int]]:
+    """(key, token slice, batch index) per row: packed rows split where position_ids restart."""
+    rows = []
+    if positions is not None and ids.shape[0] == 1:
+        starts = (positions[0] == 0).nonzero().flatten().tolist() + [ids.shape[1]]
+        for a, b in zip(starts, starts[1:]):
+            rows.append((slice(a, b), 0))
+    else:
+        for index in range(ids.shape[0]):
+            length = int(mask[index].sum()) if mask is not None else ids.shape[1]
+            first = int(mask[index].nonzero()[0]) if mask is not None and length else 0
+            rows.append((slice(first, first + length), index))
+    return [(row_key(ids[index, span].tolist()), span, index) for span, index in rows]
 
 
 class Census:
@@ -62,7 +77,7 @@ class Census:
         self.order: SamplerOrder | None = None            # what the first loader's sampler hands out
 
     def add(self, step: int, keyed: Keyed, ids: Any) -> None:
-        """One model call in optimizer step `step` (1-based): its rows, keyed as runner._row_keys keys them."""
+        """One model call in optimizer step `step` (1-based): its rows, keyed as row_keys keys them."""
         for key, span, index in keyed:
             entry = self.rows.get(key)
             if entry is None:

@@ -35,7 +35,7 @@ from ...config.messages import PARITY_STEPS, FrameReply, PeakReading, TrialSpec,
 from ...engine import common
 from ...engine.common import Reply
 from .losses import LossReader, patch_cross_entropy
-from .rows import Census, ParityRows, row_key, watch_loaders
+from .rows import Census, ParityRows, row_keys, watch_loaders
 from .stages import autocast_dtype, synchronize, timed_backward
 from .workdir import _edited, as_main, build_workdir  # noqa: F401 - _edited: the tests' handle on a config's edit
 
@@ -49,21 +49,6 @@ def _compiling() -> bool:
 
 class MeasurementDone(BaseException):
     """Ends the user's script once the measured steps are in (BaseException: scripts catch Exception)."""
-
-
-def _row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int]]:
-    """(key, token slice, batch index) per row: packed rows split where position_ids restart."""
-    rows = []
-    if positions is not None and ids.shape[0] == 1:
-        starts = (positions[0] == 0).nonzero().flatten().tolist() + [ids.shape[1]]
-        for a, b in zip(starts, starts[1:]):
-            rows.append((slice(a, b), 0))
-    else:
-        for index in range(ids.shape[0]):
-            length = int(mask[index].sum()) if mask is not None else ids.shape[1]
-            first = int(mask[index].nonzero()[0]) if mask is not None and length else 0
-            rows.append((slice(first, first + length), index))
-    return [(row_key(ids[index, span].tolist()), span, index) for span, index in rows]
 
 
 class Meter:
@@ -155,7 +140,7 @@ class Meter:
         if ids is None or ids.dim() != 2:
             return
         mask, positions = kwargs.get("attention_mask"), kwargs.get("position_ids")
-        keyed = _row_keys(ids, mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None, positions)
+        keyed = row_keys(ids, mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None, positions)
         self.rows += len(keyed)
         self._observe(module, ids, len(keyed))
         real = sum(span.stop - span.start for _, span, _ in keyed)

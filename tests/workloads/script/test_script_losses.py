@@ -84,7 +84,7 @@ def test_a_loss_the_hooks_cannot_read_says_so():
 
 def test_trls_fused_head_log_probs_are_the_per_row_losses():
     # TRL's SFTTrainer calls model(..., labels=..., fused_lm_head=True): per-token log-probs, no logits.
-    from autotune.workloads.script.runner import _row_keys
+    from autotune.workloads.script.rows import row_keys
     from autotune.workloads.script.losses import LossReader
 
     ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 0]])
@@ -93,5 +93,5 @@ def test_trls_fused_head_log_probs_are_the_per_row_losses():
     output = types.SimpleNamespace(log_probs=log_probs, label_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]))
     reader = LossReader()
     reader.begin()
-    reader.end(1, _row_keys(ids, mask, None), ids, (), {"input_ids": ids, "labels": ids}, output)
+    reader.end(1, row_keys(ids, mask, None), ids, (), {"input_ids": ids, "labels": ids}, output)
     assert reader.route == "log_probs" and sorted(reader.losses["step1"].values()) == [2.0, 5.0]
