@@ -96,9 +96,12 @@ def test_a_trial_whose_heartbeat_stops_is_a_crash_with_the_reason(trusted, tmp_p
     executor = SSHExecutor(trusted.host, "beat", python=sys.executable, heartbeat_timeout_s=6)
     try:
         worker, results, remote = _trial_in_background(executor, tmp_path, "runner.pid", inject_fault="hang")
-        # The box "goes away" for this trial: launcher and runner die without a word.
-        subprocess.run(["pkill", "-9", "-f", "autotune.executors.heartbeat hf spec.json"], check=False)
-        os.killpg(int((remote / "runner.pid").read_text()), signal.SIGKILL)
+        # The box "goes away" for this trial: launcher and runner die without a word. This trial's launcher
+        # only (the runner's parent): a pattern would also end other tests' trials running beside this one.
+        runner = int((remote / "runner.pid").read_text())
+        launcher = int(Path(f"/proc/{runner}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(launcher, signal.SIGKILL)
+        os.killpg(runner, signal.SIGKILL)
         worker.join(timeout=120)
         assert results and results[0]["state"] == "crash" and "heartbeat" in results[0]["reason"], results
     finally:
