@@ -208,12 +208,14 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     _open_standard_streams()
     # The command's own process: orphans of a trial that died reparent here to be ended, and the fork
-    # server and resource tracker stop before it exits, so `autotune tune ... | tee log` ends.
+    # server and resource tracker stop before it exits, so `autotune tune ... | tee log` ends. The
+    # reaper's status is given back for a caller that runs `main()` in its own process and goes on.
     procs.become_subreaper()
     try:
         return _main(None)
     finally:
         procs.stop_helpers()
+        procs.give_back_subreaper()
 
 
 def _main(argv: list[str] | None) -> int:

@@ -14,6 +14,7 @@ find those:
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import sys
@@ -28,23 +29,61 @@ def short_tmp_name(tag: str) -> str:
     for sockets): found again by the trial itself when its tuner is gone, as by the executor."""
     return f"autotune-{os.getuid()}-{tag}"
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 ROUNDS = 20
 _reaping = False   # whether this process was made a subreaper (orphans reparent to it only then)
+_before: bool | None = None   # the status before `become_subreaper`, for `give_back_subreaper`
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def is_subreaper() -> bool:
+    """Whether orphaned descendants of this process reparent to it (Linux prctl; False elsewhere)."""
+    libc = _libc()
+    if libc is None:
+        return False
+    flag = ctypes.c_int(0)
+    try:
+        return libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0 and flag.value != 0
+    except AttributeError:
+        return False
 
 
 def become_subreaper() -> bool:
     """Make this process the reaper of its orphaned descendants; False where the OS has no such thing."""
-    if not sys.platform.startswith("linux"):
+    global _reaping, _before
+    libc = _libc()
+    if libc is None:
         return False
-    import ctypes
-
-    global _reaping
+    if _before is None:
+        _before = is_subreaper()
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
         _reaping = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
+    except AttributeError:
         _reaping = False
     return _reaping
+
+
+def give_back_subreaper() -> None:
+    """The status `become_subreaper` found, back: a caller whose process goes on after the command (the
+    CLI's `main()` called in Python) is not left the reaper of every orphan below it, such as the
+    detached processes of a server it started."""
+    global _reaping, _before
+    libc = _libc()
+    if libc is None or _before is None:
+        return
+    try:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, int(_before), 0, 0, 0)
+    except AttributeError:
+        return
+    _reaping, _before = _before, None
 
 
 def _children(pid: int) -> list[int]:

@@ -4,6 +4,7 @@ unknown host key refused with the way to trust it."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -19,6 +20,7 @@ import pytest
 from conftest import make_spec, tiny_job
 from sshd_server import sshd  # noqa: F401  (the fixture: a real sshd on loopback)
 
+from autotune.util import procs
 from autotune.util.errors import AutotuneError
 from autotune.executors.ssh import SSHExecutor
 
@@ -39,16 +41,37 @@ def test_an_unknown_host_key_is_refused_with_the_way_to_trust_it(sshd, monkeypat
         SSHExecutor(sshd.host, "x", python=sys.executable).connect()
 
 
-def test_a_whole_smoke_tune_runs_through_the_host(trusted, tmp_path):
+def test_a_whole_smoke_tune_runs_through_the_host(trusted, in_tmp, monkeypatch, capsys):
     # The framework-free MLP: the loop over SSH is the same, without a transformers import in every run.
-    done = subprocess.run([sys.executable, "-m", "autotune.cli.main", "tune", "remote", "model=mlp", "mlp_width=64",
-                           "mlp_rows=512", "max_len=64", "effective_batch=8", "smoke", "max_trials=1", "time=30m",
-                           f"host={trusted.host}", f"ssh_python={sys.executable}"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "HOME": str(trusted.home), "CUDA_VISIBLE_DEVICES": ""})
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = (tmp_path / "runs" / "remote" / "experiments.jsonl").read_text().splitlines()
+    # `autotune tune` in this process, its SSH executor behind the fake clock (tests/fake_clock.py): each
+    # config runs for real once on the host (the frame, the baseline, the trial's change), the repeats and
+    # interleaved pairs a decision asks for replay those runs. The path is the subject, not a decision:
+    # on this machine's noise a fresh process a run, the trial would take up to sixteen real pairs.
+    import autotune.executors as executors
+    from fake_clock import FakeClock
+
+    from autotune.cli.main import main
+
+    clocks: list[FakeClock] = []
+    real = executors.get_executor
+
+    def clocked(*args, **keys):
+        clocks.append(FakeClock(real(*args, **keys), {}, default=0.9))
+        return clocks[-1]
+
+    monkeypatch.setattr(executors, "get_executor", clocked)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    code = main(["tune", "remote", "model=mlp", "mlp_width=64", "mlp_rows=512", "max_len=64", "effective_batch=8",
+                 "smoke", "max_trials=1", "time=30m", f"host={trusted.host}", f"ssh_python={sys.executable}"])
+    assert code == 0, capsys.readouterr().err[-3000:]
+    # A caller's process is left as it was: not made the reaper of orphans (the sshd's detached trials).
+    assert not procs.is_subreaper()
+    assert [type(clock.inner).__name__ for clock in clocks] == ["SSHExecutor"]
+    assert [kind for kind, _ in clocks[0].real_runs][:2] == ["frame", "trial"]
+    lines = (in_tmp / "runs" / "remote" / "experiments.jsonl").read_text().splitlines()
     assert len(lines) == 2 and '"decision": "baseline"' in lines[0]
+    trial = json.loads(lines[1])
+    assert trial["state"] == "complete" and trial["decision"] == "discard" and trial["reason"], trial
     remote_home = Path(pwd.getpwuid(os.getuid()).pw_dir)                 # the sshd session's HOME, not the test's
     assert (remote_home / ".autotune-remote").exists()                   # the trials ran there ...
     assert not (remote_home / ".autotune-remote" / "remote").exists()    # ... and their folder was cleaned

@@ -63,3 +63,19 @@ def test_a_subreaper_ends_the_orphans_of_its_children_too():
         print(before, os.path.exists(f"/proc/{daemon}"))
     ''')
     assert out.split() == ["True", "False"]
+
+
+def test_the_command_gives_back_the_reapers_status_to_a_caller_that_goes_on():
+    # `main()` makes its process the reaper of orphans while the command runs; a Python caller whose
+    # process goes on afterwards (a notebook, a test) is left as it was, whatever the command's exit.
+    out = run('''
+        import sys
+        from autotune.cli.main import main
+        from autotune.util import procs
+
+        before = procs.is_subreaper()
+        sys.argv = ["autotune"]          # no command: the help, exit 2, through the whole of main()
+        code = main()
+        print(before, code, procs.is_subreaper())
+    ''')
+    assert out.split()[-3:] == ["False", "2", "False"]
