@@ -143,6 +143,7 @@ def _trl_main(words: list[str], log: Path, env: dict[str, str] | None = None) ->
         sys.stderr = open(2, "w", closefd=False, buffering=1, encoding="utf-8", errors="replace")
         os.setsid()  # its loader workers end with it on a timeout
         _as_a_fresh_start()
+        _launch_here()
         from trl.cli import main
 
         sys.argv = ["trl", *words]
@@ -173,6 +174,32 @@ def _as_a_fresh_start() -> None:
         import huggingface_hub.constants
 
         huggingface_hub.constants.HF_HUB_OFFLINE = True
+
+
+def _launch_here() -> None:
+    """`trl sft` runs its training script through `accelerate launch`, whose simple launcher (one
+    process) starts `python SCRIPT ARGS` in a fresh interpreter: about 6 s of imports a run on a 2-core
+    CPU, four runs a smoke hand-over, which `warm_trl` has already paid in this forked child. The script
+    runs here instead, with the arguments and the environment the launcher gives it. Anything else the
+    launcher starts (`-m`, mpirun, torchrun for several processes) is started as accelerate starts it."""
+    import runpy
+
+    from accelerate.commands import launch
+
+    spawn = getattr(launch, "_run_subprocess", None)
+    if spawn is None:  # another accelerate: its own launcher, in a fresh interpreter as before
+        return
+
+    def run_here(cmd: list[str], env: dict[str, str], quiet: bool) -> None:
+        if len(cmd) < 2 or cmd[0] != sys.executable or cmd[1].startswith("-"):
+            spawn(cmd, env, quiet)
+            return
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = list(cmd[1:])
+        runpy.run_path(cmd[1], run_name="__main__")
+
+    launch._run_subprocess = run_here
 
 
 def _forked(words: list[str], log: Path, timeout_s: float, env: dict[str, str] | None = None) -> int | None:
