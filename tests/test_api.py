@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 
+import fake_clock
 import pytest
 
 import autotune
@@ -83,11 +84,14 @@ class Recording(autotune.Callback):
         self.stops.append(error)
 
 
-def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, capsys, caplog):
+def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, monkeypatch, capsys, caplog):
     """The cheapest real tune: the MLP's smoke baseline, with only= naming a knob an MLP has not got. A
     library caller's stdout stays its own: progress goes to the "autotune" logger, and callbacks hear
-    each trial and the end."""
-    job = autotune.job_from_dict("api", {"model": "mlp", "smoke": True, "max_trials": 2, "only": "freeze_vision_tower"})
+    each trial and the end. The frame and the baseline run for real once; the baseline's repeats replay
+    that run behind the fake clock (tests/fake_clock.py)."""
+    fake_clock.install(monkeypatch)
+    job = autotune.job_from_dict("api", {"model": "mlp", "smoke": True, "max_trials": 2, "only": "freeze_vision_tower",
+                                         "mlp_width": 64, "mlp_rows": 512})
     callback = Recording()
     with caplog.at_level(logging.INFO, logger="autotune"):
         outcome = autotune.tune(job, runs_dir=in_tmp / "runs", callbacks=[callback])
@@ -114,8 +118,10 @@ def test_tune_through_the_api_returns_the_outcome_its_run_folder_holds(in_tmp, c
         0, outcome.baseline["samples_per_s"], outcome.best_config["command"])
 
 
-def test_a_callback_that_fails_ends_the_tune_with_its_error_and_the_records_kept(in_tmp):
+def test_a_callback_that_fails_ends_the_tune_with_its_error_and_the_records_kept(in_tmp, monkeypatch):
     # Built in Python, no key=value words: the tune checks and completes it (workloads/jobs.py `completed`).
+    # The baseline runs for real once; its repeats replay that run behind the fake clock.
+    fake_clock.install(monkeypatch)
     job = autotune.Job(run="cb", model="mlp", dataset="synthetic", max_len=512, effective_batch=64, smoke=True,
                        max_trials=2, only=("freeze_vision_tower",))
     callback = Recording(fail_on_trial=True)
