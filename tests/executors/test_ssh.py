@@ -91,11 +91,13 @@ def test_a_connection_cut_mid_trial_is_reestablished_and_the_result_recovered(tr
 
 
 def _trial_in_background(executor, tmp_path, waits_for: str, **fields):
-    """Frame, then a trial in a thread; returns (thread, results, remote folder) once `waits_for` exists."""
-    job = tiny_job()
-    frame = executor.run(make_spec(tmp_path, "frame", job=job, rows_needed=4 * 14), tmp_path / "frame", timeout_s=300)
+    """Frame, then a trial in a thread; returns (thread, results, remote folder) once `waits_for` exists.
+    The framework-free MLP's runner: the connection is the subject, not a transformers import a run."""
+    job = tiny_job(model="mlp", mlp_width=64, mlp_rows=512, effective_batch=8)
+    frame = executor.run(make_spec(tmp_path, "frame", job=job, runner="mlp", rows_needed=8 * 14), tmp_path / "frame",
+                         timeout_s=300)
     assert frame["state"] == "complete", frame
-    spec = make_spec(tmp_path, job=job, rows_needed=4 * 14, measure_steps=8, warmup_max=4, **fields)
+    spec = make_spec(tmp_path, job=job, runner="mlp", rows_needed=8 * 14, measure_steps=8, warmup_max=4, **fields)
     results: list[dict] = []
     worker = threading.Thread(target=lambda: results.append(executor.run(spec, tmp_path / "001-001", 300)))
     worker.start()
