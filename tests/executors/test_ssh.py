@@ -90,13 +90,17 @@ def test_a_connection_cut_mid_trial_is_reestablished_and_the_result_recovered(tr
         executor.close()
 
 
-def _trial_in_background(executor, tmp_path, waits_for: str, **fields):
-    """Frame, then a trial in a thread; returns (thread, results, remote folder) once `waits_for` exists.
-    The framework-free MLP's runner: the connection is the subject, not a transformers import a run."""
+def _trial_in_background(executor, tmp_path, waits_for: str, framed: bool = True, **fields):
+    """Frame (where the trial reads its rows), then a trial in a thread; returns (thread, results, remote
+    folder) once `waits_for` exists. The framework-free MLP's runner: the connection is the subject, not a
+    transformers import a run."""
     job = tiny_job(model="mlp", mlp_width=64, mlp_rows=512, effective_batch=8)
-    frame = executor.run(make_spec(tmp_path, "frame", job=job, runner="mlp", rows_needed=8 * 14), tmp_path / "frame",
-                         timeout_s=300)
-    assert frame["state"] == "complete", frame
+    if framed:
+        frame = executor.run(make_spec(tmp_path, "frame", job=job, runner="mlp", rows_needed=8 * 14),
+                             tmp_path / "frame", timeout_s=300)
+        assert frame["state"] == "complete", frame
+    else:
+        executor.prepare()   # what the frame's run would have done first: the remote folder is known
     spec = make_spec(tmp_path, job=job, runner="mlp", rows_needed=8 * 14, measure_steps=8, warmup_max=4, **fields)
     results: list[dict] = []
     worker = threading.Thread(target=lambda: results.append(executor.run(spec, tmp_path / "001-001", 300)))
@@ -120,7 +124,9 @@ def _cut_mid_trial(executor, trusted, tmp_path):
 def test_a_trial_whose_heartbeat_stops_is_a_crash_with_the_reason(trusted, tmp_path):
     executor = SSHExecutor(trusted.host, "beat", python=sys.executable, heartbeat_timeout_s=6)
     try:
-        worker, results, remote = _trial_in_background(executor, tmp_path, "runner.pid", inject_fault="hang")
+        # The injected hang comes before the trial reads any rows: no frame needed.
+        worker, results, remote = _trial_in_background(executor, tmp_path, "runner.pid", framed=False,
+                                                       inject_fault="hang")
         # The box "goes away" for this trial: launcher and runner die without a word. This trial's launcher
         # only (the runner's parent): a pattern would also end other tests' trials running beside this one.
         runner = int((remote / "runner.pid").read_text())
