@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One lent-GPU session, end to end in under 9 minutes (default parts):
-#   tests    the CUDA-marked tests of the runners (tests/test_cuda.py);
+# One lent-GPU session, end to end in under 9 minutes (default parts: tests grid):
+#   tests    the CUDA-marked tests of the runners (tests/test_cuda.py; 131 s on the H200, 2026-12-04);
 #   table    the search benchmark's GPU table, recorded on this card (bench/record.py's gpu-long-tail: a model
 #            with the shape of Qwen2.5-0.5B, random weights, every config of the GPU grid, each a real trial),
-#            written to OUT/gpu-long-tail.json for `python -m bench.search` to replay at the card's own noise;
+#            written to OUT/gpu-long-tail.json for `python -m bench.search` to replay at the card's own noise.
+#            Not in the default: on the H200 one config cost 27.6 s of wall for 3.5 s of measured steps
+#            (bench/results/gpu-s40/), so the 36 configs need ~17 minutes, more than a session's device time;
 #   grid     `autotune tune` on the same job and grid, live: its device runs and device seconds to the
 #            best, beside the table's best and the replayed peers;
 #   expert   ../shared/gpu/expert_ref.py on the same job (if present): an expert's hand-tuned configs.
@@ -25,10 +27,10 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu --format=csv,noheader || true
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 
-parts=" ${PARTS:-tests table grid expert} "
+parts=" ${PARTS:-tests grid} "
 if [[ $parts == *" tests "* ]]; then
     echo "== CUDA-marked tests"
-    timeout "${TESTS_S:-70}" python3 -m pytest -q -x -m gpu -p no:cacheprovider --durations=5 tests/test_cuda.py > "$out/pytest.log" 2>&1
+    timeout "${TESTS_S:-200}" python3 -m pytest -q -x -m gpu -p no:cacheprovider --durations=5 tests/test_cuda.py > "$out/pytest.log" 2>&1
     tail -25 "$out/pytest.log"
 fi
 if [[ $parts == *" knobs "* ]]; then
@@ -70,9 +72,10 @@ for c in sorted(done, key=lambda c: -c["measurement"]["samples_per_s"])[:8]:
 PY
 fi
 if [[ $parts == *" grid "* ]]; then
-    # The table's job and grid tuned live: what the replay predicts, on the card itself.
-    tune "${GRID_S:-110}" gpu_grid model="${GRID_MODEL:-qwen2.5-0.5b-shape}" dataset=synthetic max_len=1024 \
-        effective_batch=8 only=padding,per_device_train_batch_size,precision time="${GRID_TIME:-80s}" realize=false --json
+    # The table's job and grid tuned live: what the replay predicts, on the card itself. Its baseline's
+    # three runs take ~85 s on the H200 (a run is ~28 s, start-up included): 80 s ended it in the baseline.
+    tune "${GRID_S:-330}" gpu_grid model="${GRID_MODEL:-qwen2.5-0.5b-shape}" dataset=synthetic max_len=1024 \
+        effective_batch=8 only=padding,per_device_train_batch_size,precision time="${GRID_TIME:-300s}" realize=false --json
     # --json's object is the log's last line: the tune's speed-up, device runs and device seconds.
     grep "^{" "$out/gpu_grid.log" | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print({k: d.get(k) for k in ('speedup','device_runs','device_s','trials','stop_reason')})" || true
 fi
