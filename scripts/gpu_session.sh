@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# One lent-GPU session, end to end in under 12 minutes (default parts): the CUDA-marked tests (the runners'
-# CUDA paths, then each knob of issue #20), then real tunes on the local GPU (random weights, nothing
-# downloaded), each bounded by its own time budget:
-#   1. a model with the shape of Qwen2.5-0.5B from the naive start (fp32, eager, micro-batch 1, padded),
-#      with every knob (qwen), and the same job with only the knobs that existed before issue #20 (qwen_old),
-#   2. the tiny VLM preset (image+text rows; part vlm, not in the default),
-#   3. model=mlp (the framework-free runner: the install check; part mlp, not in the default),
-# and prints each run's device peaks, baseline and best samples/s, MFU and trial list (scripts/run_summary.py).
+# One lent-GPU session, end to end in under 9 minutes (default parts: tests grid):
+#   tests    the CUDA-marked tests of the runners (tests/test_cuda.py; 131 s on the H200, 2026-12-04);
+#   table    the search benchmark's GPU table, recorded on this card (bench/record.py's gpu-long-tail: a model
+#            with the shape of Qwen2.5-0.5B, random weights, every config of the GPU grid, each a real trial),
+#            written to OUT/gpu-long-tail.json for `python -m bench.search` to replay at the card's own noise.
+#            Not in the default: on the H200 one config cost 27.6 s of wall for 3.5 s of measured steps
+#            (bench/results/gpu-s40/), so the 36 configs need ~17 minutes, more than a session's device time;
+#   grid     `autotune tune` on the same job and grid, live: its device runs and device seconds to the
+#            best, beside the table's best and the replayed peers;
+#   expert   ../shared/gpu/expert_ref.py on the same job (if present): an expert's hand-tuned configs.
+# Other parts: knobs (each knob of issue #20), qwen / qwen_old (the 2048 x 16 job from the naive start with
+# every knob / the old ones), vlm (the tiny VLM preset), mlp (the framework-free runner).
+# Each part is bounded by its own timeout; each run's figures are printed by scripts/run_summary.py.
 # Usage: bash scripts/gpu_session.sh [OUT]   (from the repository root; OUT collects logs and reports)
-#        PARTS="tests mlp" bash scripts/gpu_session.sh   runs only those parts (default: tests knobs qwen qwen_old)
+#        PARTS="tests mlp" bash scripts/gpu_session.sh   runs only those parts
 # Packages the machine lacks may be given as wheels in .whl/ (installed to /tmp/site first).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -22,10 +27,10 @@ fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,temperature.gpu --format=csv,noheader || true
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.cuda.is_available())"
 
-parts=" ${PARTS:-tests knobs qwen qwen_old} "
+parts=" ${PARTS:-tests grid} "
 if [[ $parts == *" tests "* ]]; then
     echo "== CUDA-marked tests"
-    timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider --durations=5 tests/test_cuda.py > "$out/pytest.log" 2>&1
+    timeout "${TESTS_S:-200}" python3 -m pytest -q -x -m gpu -p no:cacheprovider --durations=5 tests/test_cuda.py > "$out/pytest.log" 2>&1
     tail -25 "$out/pytest.log"
 fi
 if [[ $parts == *" knobs "* ]]; then
@@ -43,7 +48,50 @@ tune() {  # tune LIMIT_S RUN key=value ...
     echo "exit $?"
     tail -3 "$out/$run.log"
     python3 scripts/run_summary.py "runs/$run" && cp "runs/$run/report.md" "$out/$run.md"
+    tar -czf "$out/$run.tgz" -C runs "$run" 2>/dev/null || true
 }
+
+if [[ $parts == *" table "* ]]; then
+    # The GPU grid's table, cut short by the budget where the card is slower than planned (it says so).
+    echo "== table: bench.record gpu-long-tail"
+    timeout "${TABLE_S:-250}" python3 -m bench.record --workload gpu-long-tail --out "$out" \
+        --budget-s "${TABLE_BUDGET_S:-190}" --refine "${REFINE_TOP:-4}" --repeats 1 --aa "${AA_RUNS:-3}" \
+        > "$out/table.log" 2>&1
+    echo "exit $?"
+    grep -v "━\|━" "$out/table.log" | tail -4
+    python3 - "$out/gpu-long-tail.json" <<'PY' || true
+import json, sys
+t = json.load(open(sys.argv[1]))
+done = [c for c in t["configs"] if c["state"] == "complete"]
+base = [m["samples_per_s"] for m in t["baseline"]["measurements"]]
+print(f"{len(t['configs'])} configs, {len(done)} complete, recorded in {t['record_wall_s']}s; baseline runs {base}")
+print("A/A runs", t.get("aa_samples_per_s"), "refined", t.get("refined"))
+for c in sorted(done, key=lambda c: -c["measurement"]["samples_per_s"])[:8]:
+    k = c["knobs"]
+    print(f"  {c['measurement']['samples_per_s']:8.2f} samples/s  wall {c['wall_s']:5.1f}s  {k['padding']} mb={k['per_device_train_batch_size']} {k['precision']}")
+PY
+fi
+if [[ $parts == *" grid "* ]]; then
+    # The table's job and grid tuned live: what the replay predicts, on the card itself. Its baseline's
+    # three runs take ~85 s on the H200 (a run is ~28 s, start-up included): 80 s ended it in the baseline.
+    tune "${GRID_S:-330}" gpu_grid model="${GRID_MODEL:-qwen2.5-0.5b-shape}" dataset=synthetic max_len=1024 \
+        effective_batch=8 only=padding,per_device_train_batch_size,precision time="${GRID_TIME:-300s}" realize=false --json
+    # --json's object is the log's last line: the tune's speed-up, device runs and device seconds.
+    grep "^{" "$out/gpu_grid.log" | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print({k: d.get(k) for k in ('speedup','device_runs','device_s','trials','stop_reason')})" || true
+fi
+if [[ $parts == *" expert "* ]]; then
+    # ../shared does not travel to a lent machine: carry a copy in .carry/ (ignored by git).
+    ref=../shared/gpu/expert_ref.py
+    [ -f "$ref" ] || ref=.carry/expert_ref.py
+    if [ -f "$ref" ]; then
+        echo "== expert_ref (max_len 1024, effective batch 8)"
+        timeout "${EXPERT_S:-60}" python3 "$ref" --shape qwen2.5-0.5b --max-len 1024 --eb 8 --steps 6 > "$out/expert.log" 2>&1
+        echo "exit $?"
+        cat "$out/expert.log" | tail -12
+    else
+        echo "== expert_ref: not found (copy ../shared/gpu/expert_ref.py to .carry/)"
+    fi
+fi
 
 if [[ $parts == *" qwen "* ]]; then
     # The issue's job: the Qwen2.5-0.5B shape at max_len=2048, effective_batch=16, from the naive start;
