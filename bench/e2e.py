@@ -90,9 +90,15 @@ def run_case(case: Case, timeout_s: float, autotune: list[str] | None = None) ->
             return {"error": f"did not end within {timeout_s:.0f}s", "wall_s": round(time.monotonic() - began, 1)}
         wall = time.monotonic() - began
         if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return {"error": f"exit {done.returncode}: {last}"[:300], "wall_s": round(wall, 1)}
+            return {"error": f"exit {done.returncode}: {why_failed(done.stderr)}"[:300], "wall_s": round(wall, 1)}
         return figures(json.loads(done.stdout), work / "runs" / case.words[0], wall)
+
+
+def why_failed(stderr: str) -> str:
+    """The line that says why a tune failed: autotune's own one-line error, else the last line (a
+    warning printed at exit, a resource tracker's, must not stand in for the reason)."""
+    lines = stderr.strip().splitlines() or ["no output"]
+    return next((line for line in reversed(lines) if line.startswith("autotune:")), lines[-1])
 
 
 def _speedup(row: dict[str, Any] | None) -> str:

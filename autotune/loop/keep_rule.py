@@ -10,9 +10,9 @@ incumbent so far (reused across trials, one group of the pooled spread, so drift
 the interval), they keep a change whose gain is far beyond the spread (a DRIFT allowance on top of the
 margin), and discard one that is slower, or cannot be `min_gain` faster, beyond the noise. They take
 two shares of the false-keep rate from the pair looks, and only where the spread pooled before the
-trial lets them keep a gain of at most REUSE_MAX: on a noisy machine they could keep only what the
-pairs keep anyway, and the pairs keep their whole share; there the look after the second run only
-discards (a discard adds no false keep).
+trial lets them keep a gain of at most REUSE_MAX: where they could keep only what no single change
+gains, the pairs keep their whole share; there the look after the second run only discards (a
+discard adds no false keep).
 
 The pair looks count the incumbent's earlier runs too (`incumbent_side`), while a drift check holds:
 this trial's incumbent runs agree with them within the noise (two-sided DRIFT_ALPHA). Sixteen earlier
@@ -54,9 +54,13 @@ DRIFT = 0.01
 # this much faster beyond the noise stops being measured.
 MIN_GAIN = 0.03
 # Looks on the first runs against the incumbent's reused runs (after the first and the second run),
-# spent only where the spread pooled before the trial lets them keep a gain of at most REUSE_MAX.
+# spent only where the spread pooled before the trial lets them keep a gain of at most REUSE_MAX: the
+# size of the larger single changes (a micro-batch or padding change: x2 to x5 on the recorded tables).
+# At 2.0 a 12% machine gave them no share until ~30 df had pooled, so an x5 micro-batch change took
+# four runs where one decides it; at 8 the pairs' false discards of 5-20% gains are unchanged at 12%
+# and the tunes took fewer runs (`python -m bench.extra_pairs`, `python -m bench.search`).
 REUSE_LOOKS = 2
-REUSE_MAX = 2.0
+REUSE_MAX = 8.0
 # The drift check before a pair look counts the incumbent's earlier runs: two-sided, so a trial whose
 # incumbent runs moved either way beyond this level is judged on its own runs only. Larger is stricter.
 DRIFT_ALPHA = 0.10

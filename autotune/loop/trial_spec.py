@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..config.job import Job
 from ..config.types import JsonObject
@@ -18,6 +18,7 @@ from .keep_rule import SEQUENTIAL, KeepRule
 from ..workloads.jobs import kind_of
 from ..workloads.spec import SpecInputs
 from ..config.knobs import Knobs
+from ..config.messages import RunResult
 from ..output.records import RunFolder
 from ..probes.timing import median
 
@@ -104,3 +105,14 @@ def room_for(job: Job, started: float, walls: list[float], budget_spent: bool, r
     if job.time_budget_s is None or not walls:
         return True
     return time.monotonic() - started + runs * median(walls[-3:]) <= job.time_budget_s
+
+
+def baseline_budget_hint(job: Job, results: Sequence[RunResult]) -> str:
+    """How to get past a time budget that ended inside the baseline: the time its repeats need here."""
+    if job.time_budget_s is None or not any(r.state == "timeout" for r in results):
+        return ""
+    runs = [r.wall_s for r in results if r.state == "complete"] or [job.time_budget_s]
+    need = max(runs) * (len(results) + 2)  # the repeats, then room for one trial's two runs
+    minutes = max(1, -(-int(need) // 60))
+    return (f"; the baseline's {len(results)} runs and one trial need about {minutes} minutes on this machine "
+            f"now: give time={minutes}m or more")

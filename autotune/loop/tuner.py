@@ -36,7 +36,7 @@ from ..config.messages import RunResult, thawed
 from ..config.records import TrialRecord
 from ..config.types import JsonObject
 from ..kb.features import FeatureView
-from . import judge, limits
+from . import judge, limits, recording, trial_spec
 from .limits import Frame, device_of, frame_limit, limits_of, silent_limit
 from ..probes import stats
 from .learn import Memory
@@ -46,13 +46,12 @@ from .next_change import next_hypotheses, warm_check
 from ..reasoner import Hypothesis, key, rank
 from ..output.records import RunFolder
 from ..util.io import write_json_atomic
-from . import recording
 from .recording import Trial
 from .state import LoopState
 from .trial import run_trial
 from .trial_spec import FRAME_TIMEOUT_S, Specs, StepBudget, runner_for
 
-# runner_for and StepBudget were defined here before trial_spec.py: bench/ and tests import them from here.
+# runner_for, StepBudget: defined here before trial_spec.py; bench/ and tests import them from here.
 __all__ = ["StepBudget", "Tuner", "frame_limit", "runner_for", "silent_limit"]
 
 
@@ -177,7 +176,8 @@ class Tuner:
             record["reason"] = f"baseline did not complete ({failed.state}): {failed.reason}"
             record["stderr_tail"] = failed.stderr_tail
             self._journal(record)
-            raise AutotuneError(f"the baseline config did not run: {failed.state}: {failed.reason}")
+            hint = trial_spec.baseline_budget_hint(self.job, results)
+            raise AutotuneError(f"the baseline config did not run: {failed.state}: {failed.reason}{hint}")
         return self._baseline_done(record, incumbent, complete[0], floor)
 
     def _record(self, state: str, reason: str, measurements: list[Measurement], wall: float) -> JsonObject:

@@ -50,3 +50,12 @@ def test_an_unknown_tune_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as stop:
         e2e.main(["--only", "nope", "--no-save"])
     assert stop.value.code == 2 and "--only nope: the tunes are demo, nano, clm, sft" in capsys.readouterr().err
+
+
+def test_a_failed_tune_is_named_by_autotunes_line_not_an_exit_warning():
+    stderr = ("[  181s] #0   baseline   timeout\nautotune: the baseline config did not run: timeout\n"
+              "/usr/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: leaked\n"
+              "  warnings.warn('resource_tracker: There appear to be %d '\n")
+    assert e2e.why_failed(stderr) == "autotune: the baseline config did not run: timeout"
+    assert e2e.why_failed("Traceback...\nValueError: boom\n") == "ValueError: boom"
+    assert e2e.why_failed("") == "no output"

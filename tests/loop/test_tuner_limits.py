@@ -93,3 +93,28 @@ def test_an_mlp_job_tries_no_8bit_optimizer_without_the_opt_in_and_does_with_it(
     assert "allow_numerics_change=true" in dict(outcome.skipped)["optim=adamw_bnb_8bit"]
     allowed = _optim_tune(tmp_path / "allowed", allow_numerics_change=True)
     assert "optim=adamw_bnb_8bit" in {r["change"] for r in allowed.records}
+
+
+class SlowBaseline(TableExecutor):
+    """The baseline's first run takes 100 s; the next one is stopped by the time budget."""
+
+    def run(self, spec, trial_dir, timeout_s):
+        result = super().run(spec, trial_dir, timeout_s)
+        if spec["kind"] == "frame":
+            return result
+        done = sum(s["kind"] == "trial" for s in self.specs)
+        return {**result, "wall_s": 100.0} if done == 1 else {"state": "timeout", "reason": "budget", "wall_s": 50.0}
+
+
+def test_a_budget_that_ends_in_the_baseline_says_the_time_it_needs(tmp_path):
+    import pytest
+
+    from autotune.util.errors import AutotuneError
+
+    with pytest.raises(AutotuneError) as failed:
+        Tuner(tiny_job(time="150s"), SlowBaseline({}), tmp_path).run()
+    message = str(failed.value)
+    assert message.startswith("the baseline config did not run: timeout")
+    # Three repeats and room for one trial's two runs, at 100 s a run: 500 s, 9 minutes rounded up.
+    assert message.endswith("the baseline's 3 runs and one trial need about 9 minutes on this machine now: "
+                            "give time=9m or more")
