@@ -7,9 +7,24 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from contextlib import chdir, contextmanager
 from pathlib import Path
+from typing import Iterator
 
 VOCAB = 1024
+BYO = Path(__file__).parent / "byo"
+
+
+@contextmanager
+def scratch(root: Path, setup: str = "") -> Iterator[Path]:
+    """bench/byo copied to root/byo, `setup` (a function of this module) run on it, and root the working
+    folder while the block runs: a case's words name their files relative to it, as bench.scripts runs
+    them, and the recorder and the search replay read the same script the same way."""
+    shutil.copytree(BYO, root / "byo")
+    if setup:
+        globals()[setup](root)
+    with chdir(root):
+        yield root
 
 
 def trl_sft(work: Path) -> None:

@@ -5,7 +5,7 @@
 Whole tunes through the real loop (`Tuner`) against a simulated device: every run's speed is the
 config's true speed times a run-level offset (gauss, the noise level: start-up state, clocks,
 neighbours) with 1% step noise on top. At each noise level (0.12: the recorded CPU tables' spread; 2%:
-a quiet CPU; 0.5%: a GPU) and for each keep rule, the same seeds:
+a quiet CPU and what a lent H200 showed; 0.5%: a quiet GPU) and for each keep rule, the same seeds:
 - before: "floor", the bootstrap interval must clear the baseline's A/A floor, 2 extra pairs at most;
 - after: "sequential", the run-level test on the pooled spread, looked at after each added pair;
 tuned `--tunes` times on

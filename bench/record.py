@@ -7,7 +7,9 @@ process, the same rows, warm-up excluded, the worst-case batch checked against t
 table holds what a real trial would have measured: samples/s, step times, peak memory, per-row losses
 for the parity check, and the state (complete, oom, crash, ...). The baseline is measured three
 times first for the A/A noise. The table also holds the workload's job, frame and job features, so the
-search benchmark can replay autotune's reasoner on it as if the trials ran.
+search benchmark can replay autotune's reasoner on it as if the trials ran. A bring-your-own script
+(bench/byo) is read and run in a scratch copy, as bench.scripts runs it; its table names the script
+inside that copy, and keeps what the loop reads of a script's run (rows matched by content).
 
 The fastest configs of the first pass are then measured twice more (--refine) and keep their median
 run, so the top of the table, which the benchmark scores against, is not one noisy run.
@@ -19,14 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from autotune.api import job_from_words as api_job_from_words
 from autotune.executors import LocalExecutor
 from autotune.util.io import write_json_atomic
 from autotune.workloads.jobs import job_from_words
@@ -34,26 +38,34 @@ from autotune.kb.features import job_features
 from autotune.config.knobs import Knobs
 from autotune.loop.tuner import StepBudget, Tuner
 
+from . import byo_setup
 from .workloads import CPU_WORKLOADS, GPU_WORKLOADS, WORKLOADS, Workload, configs
 
 TABLES = Path(__file__).parent / "tables"
 # What a replayed trial needs of a measurement; the rest (model and data facts) is in the frame.
 KEPT_FIELDS = ("samples_per_s", "tokens_per_s", "step_times_s", "peak_memory", "parity_losses", "ceiling",
                "breakdown", "mfu", "hfu", "device", "rows_per_step")
+# What the loop also reads of a script's run: its rows matched by content for parity, why they or the
+# worst-case batch were out of reach, and the real tokens its window trained (compared at the baseline's).
+SCRIPT_FIELDS = ("parity_rows", "parity_note", "ceiling_unchecked", "real_tokens_per_step")
 
 
-def _slim(measurement: dict[str, Any] | None) -> dict[str, Any] | None:
+def _slim(measurement: dict[str, Any] | None, workload: Workload) -> dict[str, Any] | None:
     if not measurement:
         return None
-    return {k: measurement[k] for k in KEPT_FIELDS if k in measurement}
+    kept = KEPT_FIELDS + (SCRIPT_FIELDS if workload.is_script else ())
+    return {k: measurement[k] for k in kept if k in measurement}
 
 
 @contextmanager
 def session(workload: Workload, steps: int) -> Iterator[tuple[Tuner, Path]]:
     """A tuner for the workload in a scratch folder, its executor closed at the end."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _scratch(workload, Path(tmp)):
         root = Path(tmp)
-        job, _ = job_from_words(workload.name, workload.job_words(root) + [f"kb={root / 'kb'}"])
+        words = workload.job_words(root) + [f"kb={root / 'kb'}"]
+        # A script is read as `tune` reads it: its probe runs in a run folder the API places.
+        job = (api_job_from_words(workload.name, words, runs_dir=root / "probe-runs")[0] if workload.is_script
+               else job_from_words(workload.name, words)[0])
         executor = LocalExecutor()
         try:
             tuner = Tuner(job, executor, root / "runs")
@@ -66,6 +78,12 @@ def session(workload: Workload, steps: int) -> Iterator[tuple[Tuner, Path]]:
                 close()
 
 
+def _scratch(workload: Workload, root: Path) -> ContextManager[Path]:
+    """For a bring-your-own script: a copy of bench/byo under root, the working folder while the session
+    lasts (bench.byo_setup.scratch); nothing for the other workloads."""
+    return byo_setup.scratch(root, workload.setup) if workload.is_script else nullcontext(root)
+
+
 def _progress(name: str) -> Progress:
     return Progress(TextColumn(name), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     TextColumn("{task.description}"))
@@ -74,7 +92,7 @@ def _progress(name: str) -> Progress:
 def record(workload: Workload, out: Path, budget_s: float | None = None, steps: int = 4) -> Path:
     """Measure every config of the workload's grid once; returns the table's path."""
     started = time.monotonic()
-    with session(workload, steps) as (tuner, _):
+    with session(workload, steps) as (tuner, root):
         job = tuner.job
         begun = tuner.begin()
         frame, floor = begun.frame, begun.noise_floor
@@ -92,13 +110,19 @@ def record(workload: Workload, out: Path, budget_s: float | None = None, steps: 
                 measured = result.measurement
                 entries.append({"knobs": knobs.to_dict(), "state": result.state, "reason": result.reason,
                                 "wall_s": round(result.wall_s, 3),
-                                "measurement": _slim(measured.to_dict() if measured else None),
+                                "measurement": _slim(measured.to_dict() if measured else None, workload),
                                 "runs_samples_per_s": [measured.samples_per_s] if measured else []})
                 progress.advance(task)
-        baseline_runs = [_slim(m.to_dict()) for m in tuner.records[0].measurements]
+        baseline_runs = [_slim(m.to_dict(), workload) for m in tuner.records[0].measurements]
+        job_dict = job.to_dict()
+        if workload.is_script:
+            # The scratch copy goes with the session: the table names the script inside a copy of bench/byo
+            # (and the setup that completes it), which the search replay makes again to read it.
+            job_dict["script"] = os.path.relpath(job_dict["script"], root.resolve())
     table = {
         "schema_version": 1, "workload": workload.name, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "job": job.to_dict(), "features": job_features(job, frame), "frame": frame,
+        "job": job_dict, **({"byo": {"setup": workload.setup}} if workload.is_script else {}),
+        "features": job_features(job, frame), "frame": frame,
         "grid": {name: list(values) for name, values in workload.grid.items()},
         "baseline": {"knobs": job.start.to_dict(), "noise_floor": floor, "measurements": baseline_runs},
         "complete": len(entries) == len(grid), "configs": entries, "refined": None,
@@ -130,10 +154,16 @@ def refine(workload: Workload, path: Path, top: int, repeats: int, steps: int = 
                 for _ in range(repeats):
                     result = tuner.measure(knobs, 1, "refine")
                     if result.state == "complete":
-                        runs.append(_slim(result.measured().to_dict()))
+                        runs.append(_slim(result.measured().to_dict(), workload))
                 runs.sort(key=lambda m: m["samples_per_s"])
-                # The median run, with the worst-case reading of the first pass (refine runs skip it).
-                entry["measurement"] = {**runs[len(runs) // 2], "ceiling": entry["measurement"].get("ceiling")}
+                # The median run, with the worst-case reading of the first pass (refine runs skip it), or
+                # why a script's was out of reach (and then none: a measurement holds no null reading).
+                first, median = entry["measurement"], dict(runs[len(runs) // 2])
+                kept = {k: first[k] for k in ("ceiling", "ceiling_unchecked") if first.get(k) is not None}
+                for name in ("ceiling", "ceiling_unchecked"):
+                    if name not in kept:
+                        median.pop(name, None)
+                entry["measurement"] = {**median, **kept}
                 entry["runs_samples_per_s"] = [m["samples_per_s"] for m in runs]
                 progress.advance(task)
     table["refined"] = {"top": top, "repeats": repeats, "wall_s": round(time.monotonic() - started, 1)}

@@ -54,7 +54,8 @@ class Table:
 
     def with_noise(self, cv: float | None) -> "Table":
         """The same measurements replayed with another run-to-run spread (None: the recorded one).
-        A GPU shows about 0.5%, a quiet CPU 2%: the search's decisions should hold at each."""
+        A quiet GPU shows about 0.5%; a quiet CPU, and a lent H200 (docs/development/gpu-checks.md), 2%:
+        the search's decisions should hold at each."""
         table = copy.copy(self)
         if cv is not None:
             table.noise_cv = cv

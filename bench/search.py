@@ -9,7 +9,7 @@ the device runs and device seconds (each run's recorded wall time, start-up incl
 pick after 8 trials (recorded samples/s over the user's config), its
 final pick's share of the best and the trials it used, as medians over the seeds. Each seed draws other
 run-to-run noise and, for the randomised peers, another sampler seed. The noise levels: the A/A spread
-the recorder measured (a 2-core CPU: about 12%), 2% (a quiet CPU) and 0.5% (what a GPU shows); the
+the recorder measured (a 2-core CPU: about 12%), 2% (a quiet CPU; a lent H200 showed 1.4-2.6%) and 0.5% (a quiet GPU); the
 same recorded configs, only the run-to-run factor's spread changes.
 
 A second table puts autotune beside the best peer of each cell (the fewest device runs to 95%): its

@@ -12,15 +12,17 @@ import dataclasses
 import random
 import shutil
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 from autotune.config.job import Job
 from autotune.config.knobs import Knobs
 from autotune.reasoner import key
 from autotune.loop.tuner import Tuner
 
+from . import byo_setup
 from .replay import ReplayExecutor, Table
 
 
@@ -86,6 +88,8 @@ def optuna_tpe(table: Table, seed: int, trials: int) -> Trace:
     study.enqueue_trial({name: getattr(table.start, name) for name in table.grid})
     attempts = 0
     while len(greedy.trace.picks) < trials and attempts < 50 * trials:
+        if len(greedy.seen) >= len(table.entries):
+            break  # a table smaller than the trials, all of it measured: TPE could only propose it again
         attempts += 1
         trial = study.ask()
         values = {}
@@ -135,7 +139,7 @@ def deepspeed_like(table: Table, seed: int, trials: int) -> Trace:
 def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None) -> Trace:
     """autotune's own loop, unchanged, on the table: cold with an empty knowledge base (the shipped
     priors only), warm with a copy of `kb`. It may try only the grid's knobs (`knobs=`)."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, _place(table, Path(tmp)):
         folder = Path(tmp) / "kb"
         if kb is not None:
             shutil.copytree(kb, folder)
@@ -159,12 +163,21 @@ def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None
 def learn_from(tables: list[Table], trials: int, kb: Path) -> None:
     """A knowledge base that has seen these tables: one autotune run on each (seed 0)."""
     for table in tables:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as tmp, _place(table, Path(tmp)):
             Tuner(_job(table, trials, kb), ReplayExecutor(table, 0, strict=False), Path(tmp)).run()
+
+
+def _place(table: Table, root: Path) -> ContextManager[Path]:
+    """Where the replayed tuner runs: for a bring-your-own script, a fresh copy of bench/byo it reads the
+    script and its configs from (the tuner reads them to know what the script can say; nothing runs)."""
+    byo = table.data.get("byo")
+    return byo_setup.scratch(root, byo["setup"]) if byo is not None else nullcontext(root)
 
 
 def _job(table: Table, trials: int, kb: Path) -> Job:
     job = Job.from_dict(table.data["job"])
+    if job.script is not None:  # named inside the copy (_place), the working folder now
+        job = dataclasses.replace(job, script=dataclasses.replace(job.script, path=str(Path(job.script.path).resolve())))
     return dataclasses.replace(job, run=f"bench-{table.name}", max_trials=trials, time_budget_s=None, kb=str(kb),
                                only=tuple(table.grid), smoke=False, llm=None)
 

@@ -34,6 +34,18 @@ MLP_GRID: dict[str, tuple] = {
     "dataloader_num_workers": (0, 2),
     "optim": ("adamw_torch", "adamw_torch_fused"),
 }
+# bench/byo/plain_yaml.py (a hand-written loop whose settings are its own YAML file): every value its tune
+# may try of the knobs the script's settings can say (the frame lists them: micro-batch, padding,
+# attention). The micro-batch climbs to the divisors of the effective batch 16 next to the incumbent, 1
+# included; padding_free and the flash kernels the script cannot say or a CPU cannot run. Its
+# `sort_by_length` switch is left out: autotune's probe does not confirm it from this start (rows padded
+# to max_len, so sorting saves no padding), so no tune of it tries group_by_length (bench.search counts a
+# config asked for outside the grid: re-record with it if that changes).
+BYO_GRID: dict[str, tuple] = {
+    "per_device_train_batch_size": (1, 2, 4, 8, 16),
+    "padding": ("max_length", "longest"),
+    "attn_implementation": ("eager", "sdpa"),
+}
 # Fewer knobs on the GPU: the whole table must be recorded within about 4 minutes of a lent GPU (15
 # device minutes a session, a config ~5 s). fp16 is left out: on a card with bf16 it runs at bf16's speed
 # and needs loss scaling; tf32 stays (fp32's numerics class, tensor-core speed). The live tune beside it
@@ -52,6 +64,14 @@ class Workload:
     grid: dict[str, tuple] = field(default_factory=lambda: dict(CPU_GRID))
     data: str = ""                   # a dataset the recorder writes first (see write_data)
     device: str = "cpu"
+    # A bring-your-own script's words name files in a scratch copy of bench/byo (paths relative to the
+    # copy's root, as bench.scripts runs them); `setup` names the bench.byo_setup function that makes in
+    # it what is not committed.
+    setup: str = ""
+
+    @property
+    def is_script(self) -> bool:
+        return any(word.startswith("script=") for word in self.words)
 
     def job_words(self, data_dir: Path) -> list[str]:
         words = list(self.words)
@@ -85,6 +105,10 @@ CPU_WORKLOADS = (
     # Another workload than a transformer's, so no rule is tuned to three tables of one model.
     Workload("cpu-mlp", ("model=mlp", "max_len=256", "effective_batch=64", "mlp_width=512", "mlp_depth=4",
                          "mlp_rows=4096"), grid=dict(MLP_GRID)),
+    # A user's own script, run as it is, its settings changed in its YAML: the runner, the parity and the
+    # frame are the script route's, not autotune's own trainer.
+    Workload("cpu-byo-plain-yaml", ("script=byo/plain_yaml.py", "script_args=byo/plain_yaml.yaml"),
+             grid=dict(BYO_GRID)),
 )
 GPU_WORKLOADS = (
     Workload("gpu-long-tail", ("model=qwen2.5-0.5b-shape", "dataset=synthetic", "max_len=1024",

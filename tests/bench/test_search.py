@@ -36,12 +36,33 @@ def test_the_cpu_tables_hold_every_config_of_their_grid_measured_for_real():
         for config in data["configs"]:
             if config["state"] == "complete":
                 measurement = config["measurement"]
-                assert measurement["step_times_s"] and measurement["parity_losses"] and measurement["ceiling"]
+                # A script's worst-case batch is out of reach where its rows never reach max_len: it says why.
+                assert measurement["step_times_s"] and measurement["parity_losses"] and (
+                    measurement.get("ceiling") or measurement.get("ceiling_unchecked"))
         assert len(data["baseline"]["measurements"]) == 3 and table.best_speed > table.baseline_speed
         features = data["features"]
         shapes.add((features["model_family"], features["method"], features["padding_share"] > 0.5,
-                    features["length_spread"] > 2))
-    assert len(shapes) == len(TABLES)  # short uniform rows, a long tail, LoRA, an MLP: different shapes
+                    features.get("length_spread", 0) > 2, bool(data["job"].get("script"))))
+    # Short uniform rows, a long tail, LoRA, an MLP, a user's own script: different shapes.
+    assert len(shapes) == len(TABLES)
+
+
+def test_a_scripts_table_is_replayed_on_a_fresh_copy_of_the_script_it_was_recorded_on(tmp_path):
+    table = Table.load(next(p for p in TABLES if p.stem == "cpu-byo-plain-yaml"))
+    # The recorder's scratch copy is gone: the table names the script inside a copy of bench/byo.
+    assert table.data["job"]["script"] == "byo/plain_yaml.py" and table.data["byo"] == {"setup": ""}
+    here = Path.cwd()
+    trace = autotune_search(table, 0, 6)  # reads the script's settings to know what it can say
+    assert Path.cwd() == here and trace.outside == 0
+    assert 0 < len(trace.picks) <= 6 and all(table.entry(p) is not None for p in trace.picks)
+    assert table.ratio(trace.picks[-1]) > 1.2
+    learn_from([table], 4, tmp_path / "kb")  # a warm start on another table learns from it
+    from autotune.kb.store import Store
+
+    assert [r["job"]["run"] for r in Store(tmp_path / "kb").all("runs")] == ["bench-cpu-byo-plain-yaml"]
+    # A table smaller than the trials: TPE stops once it has measured all of it, one run each.
+    tpe = PEERS["optuna TPE"](table, 0, 48)
+    assert len(tpe.picks) == len(table.configs) - 1 and tpe.runs[-1] == len(table.configs)
 
 
 def test_each_peer_measures_only_the_tables_configs_and_picks_the_best_it_saw(table):
