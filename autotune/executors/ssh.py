@@ -19,6 +19,7 @@ key on first use). Keys come from `ssh_key=PATH`, the config's IdentityFile, els
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shlex
@@ -168,12 +169,11 @@ class SSHExecutor:
         """Remove the remote run folder (only the one this executor made, holding its marker) and hang up."""
         if self.client is not None and self.remote_run:
             # Checked on the box, where it is removed: a real folder directly in the base, with our token.
-            try:
+            # Not ours, or the box is gone: left as it is.
+            with contextlib.suppress(*_DROPPED, AutotuneError):
                 name = shlex.quote(f"./{check_run_name(self.run_name)}")
                 self._exec(f"cd {shlex.quote(self.remote_base)} && [ -d {name} ] && [ ! -L {name} ] && "
                            f"[ \"$(cat {name}/{MARKER} 2>/dev/null)\" = {self.token} ] && rm -rf -- {name}")
-            except (*_DROPPED, AutotuneError):
-                pass  # not ours, or the box is gone: left as it is
         self._hang_up()
 
     # -- one trial --------------------------------------------------------------------------------

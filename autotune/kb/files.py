@@ -12,6 +12,7 @@ inside the prefix, or any change to a schema file, changes a hash and everything
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -57,15 +58,14 @@ def marker_path(folder: Path, table_path: Path) -> Path:
 
 def checked_prefix(marker: Path, schema: str, data: bytes) -> int:
     """How many leading bytes of `data` (a whole table file) already passed the current schemas."""
-    try:
+    # No cache, or an unreadable one: check everything (0).
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         mark = json.loads(marker.read_text())
         size = mark["bytes"]
         if (mark["schemas"] == schemas_digest() and mark["schema"] == schema
                 and isinstance(size, int) and 0 < size <= len(data) and data[size - 1:size] == b"\n"
                 and hashlib.sha256(data[:size]).hexdigest() == mark["sha256"]):
             return size
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no cache, or an unreadable one: check everything
     return 0
 
 

@@ -6,6 +6,7 @@ window the same way the CUDA path does, and the ceiling logic is testable withou
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 from pathlib import Path
@@ -23,10 +24,9 @@ def reset_peak(device: str) -> None:
 
         torch.cuda.reset_peak_memory_stats()
         return
-    try:
+    # Elsewhere the peak stays process-wide: an over-estimate, never an under-estimate.
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")  # "5" resets VmHWM (Linux >= 4.0)
-    except OSError:
-        pass  # elsewhere the peak stays process-wide: an over-estimate, never an under-estimate
 
 
 def _rss_peak_bytes() -> int:

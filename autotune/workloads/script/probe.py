@@ -31,16 +31,17 @@ from .adapter import _like
 from .discover import Discovery, Edits, Setting
 
 PROBE_TIMEOUT_S = 300
-# role -> (the words its name may hold, the knob it maps onto, the hook observation that confirms it)
+# role -> (the words its name may hold, the knob it maps onto); the hooks' observation that confirms it
+# is Seen's (a count: Seen.count; a switch: compute dtypes, length jumps, packed widths).
 ROLES = {
-    "accumulation": (("acc",), "gradient_accumulation_steps", "micro_batches_per_step"),
-    "micro_batch": (("bs", "batch", "micro"), "per_device_train_batch_size", "rows_per_micro_batch"),
+    "accumulation": (("acc",), "gradient_accumulation_steps"),
+    "micro_batch": (("bs", "batch", "micro"), "per_device_train_batch_size"),
     # A mixed-precision switch: which precision it turns on is what the hooks see it compute in.
-    "precision": (("amp", "half", "autocast", "mixed"), None, "compute_dtypes"),
+    "precision": (("amp", "half", "autocast", "mixed"), None),
     # A length-grouping switch: on, consecutive micro-batches hold rows of like length (the row order).
-    "group_by_length": (("group", "sort", "bucket"), "group_by_length", "length_jumps"),
+    "group_by_length": (("group", "sort", "bucket"), "group_by_length"),
     # A packing switch: on, rows are concatenated into full-width ones (read, never tried: adapter.py).
-    "packing": (("pack", "concat"), "packing", "packed"),
+    "packing": (("pack", "concat"), "packing"),
 }
 SWITCHES = ("precision", "group_by_length", "packing")
 # Grouped rows must jump at most this share of what the same script's rows jump in its own order.
@@ -190,7 +191,7 @@ def confirmed(script: Path, labels: tuple[str, ...], args: list[str], cwd: Path,
             return _run(script, configs, args, cwd, edits, flags, smoke, Path(folder), exclude)
 
     for role, name in candidates(found, names.taken(script, configs, args)):
-        _, knob, _ = ROLES[role]
+        _, knob = ROLES[role]
         if role in done:
             continue
         # The candidate read as that role, by the same route a user's script_knobs= would give it.

@@ -55,7 +55,7 @@ def row_key(tokens: list[int]) -> str:
     return hashlib.sha1(repr(tokens).encode()).hexdigest()[:KEY_CHARS]
 
 
-def row_keys(ids: Any, mask: Any, positions: Any) -> list[tuple[str, slice, int]]:
+def row_keys(ids: Any, mask: Any, positions: Any) -> Keyed:
     """(key, token slice, batch index) per row: packed rows split where position_ids restart."""
     rows = []
     if positions is not None and ids.shape[0] == 1:
