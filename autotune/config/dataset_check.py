@@ -139,6 +139,21 @@ def _files(folder: Path, label: str) -> tuple[list[Path], bool]:
     return files, images
 
 
+# Files whose rows passed in this process, as they were then (path, size, modification time).
+_PASSED: set[tuple[tuple[str, int, int], ...]] = set()
+
+
+def _identity(files: list[Path]) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for file in files:
+        try:
+            stat = file.stat()
+        except OSError:
+            return ()   # unreadable: the scan says why
+        out.append((str(file.resolve()), stat.st_size, stat.st_mtime_ns))
+    return tuple(out)
+
+
 def check_rows(value: str, label: str = "") -> None:
     """`dataset=value` (a local file or folder that exists) holds at least one usable row; else one line."""
     label = label or f"dataset={value}"
@@ -155,12 +170,17 @@ def check_rows(value: str, label: str = "") -> None:
         checked = files[:MAX_FILES]
     else:
         checked = [path]
+    seen = _identity(checked)
+    if seen and seen in _PASSED:
+        return  # the words' check and autotune.tune's, in one process: the scan once
     total = usable = 0
     for file in checked:  # every row the scan reaches: a malformed line after good ones fails the frame too
         for row in _rows(file, label):
             total += 1
             usable += _usable(row)
     if usable:
+        if seen:
+            _PASSED.add(seen)
         return
     where = str(checked[0]) if len(checked) == 1 else f"the {len(checked)} data files of {path}"
     if not total:

@@ -84,3 +84,23 @@ def test_a_csv_field_longer_than_the_csv_modules_default_limit_is_read(tmp_path)
     path.write_text("text,label\n" + "a" * 200_000 + ",1\n")
     check_rows(str(path))
 
+
+
+def test_a_file_that_passed_is_not_scanned_again_until_it_changes(tmp_path, monkeypatch):
+    import os
+
+    from autotune.config import dataset_check
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text(json.dumps({"text": "hello"}) + "\n")
+    scans = []
+    real = dataset_check._rows
+    monkeypatch.setattr(dataset_check, "_rows", lambda file, label: scans.append(file) or real(file, label))
+    dataset_check.check_rows(str(data))
+    dataset_check.check_rows(str(data))      # the words' check, then autotune.tune's: one scan
+    assert len(scans) == 1
+    data.write_text(json.dumps({"nothing": 1}) + "\n")
+    os.utime(data, ns=(1, 1))                 # another file now: scanned again, and refused
+    with pytest.raises(JobError):
+        dataset_check.check_rows(str(data))
+    assert len(scans) == 2
