@@ -83,7 +83,7 @@ def values(result: object) -> dict[str, Field]:
             continue
         for name, value in fields.items():
             value = value.value if isinstance(value, enum.Enum) else value
-            if (value is None or isinstance(value, _SIMPLE)) and name not in out:
+            if _simple(value) and name not in out:
                 out[name] = (owner, value)
     return out
 
