@@ -3,8 +3,9 @@
 Pure: from the ranked hypotheses, the trials so far and the beliefs, the hypotheses to try in order,
 or why there is nothing left worth a trial. In order:
 1. the ranked single changes, less those refuted here (reasoner.links: a change that lost beyond the
-   noise on an incumbent differing only in knobs unlinked to it), and after a combined change was
-   kept, each of its parts undone alone first;
+   noise on an incumbent differing only in knobs unlinked to it) and those this run measured and did
+   not keep, where the measurement rules out the gain the beliefs expect (`tried_here`: left to 3),
+   and after a combined change was kept, each of its parts undone alone first;
 2. when those are spent: the changes that each measured faster within the noise, pooled;
 3. then a model of every trial (reasoner.surrogate) over every config one or two changes away:
    interacting pairs, changes that lost on an incumbent since changed in a knob they interact with.
@@ -26,7 +27,7 @@ from ..kb.claims import Claim
 from ..config.records import RecordLike, Source, typed
 from ..config.knobs import Knobs
 from ..reasoner import Hypothesis, key, pooled
-from ..reasoner.links import WARM, combined_kept, incumbents, reverts, undecided_pair, unrefuted
+from ..reasoner.links import WARM, combined_kept, incumbents, reverts, tried_here, undecided_pair, unrefuted
 from ..reasoner.surrogate import proposals
 
 Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothesis], list[tuple[str, str]]]]
@@ -39,6 +40,7 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: Sequenc
     claims, records = list(claims), typed(records)   # read once, typed, by every rule below
     undo = allowed(reverts(incumbent, records, measured, device, effective_batch, claims, features), [])[0]
     singles = [h for h in unrefuted(ranked, incumbent, records, claims, skipped) if h.change not in {u.change for u in undo}]
+    singles = [h for h in singles if not _tried_here(h, incumbent, records, skipped)]
     hypotheses = _with_undo(undo, singles, records)
     if hypotheses:
         return hypotheses, None
@@ -60,6 +62,14 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: Sequenc
     best = proposed[0]
     return [], (f"the best proposal left ({best.change}) expects an improvement of x{math.exp(best.score):.4f}, "
                 f"below the {floor:.2%} noise floor")
+
+
+def _tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[RecordLike],
+                skipped: list[tuple[str, str]]) -> bool:
+    why = tried_here(hypothesis, incumbent, records)
+    if why:
+        skipped.append((hypothesis.change, why))
+    return why is not None
 
 
 def _with_undo(undo: list[Hypothesis], singles: list[Hypothesis], records: Sequence[RecordLike]) -> list[Hypothesis]:

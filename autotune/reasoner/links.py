@@ -103,6 +103,44 @@ def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: Sequence[
     return kept
 
 
+# A loss whose whole interval lies below exp(-FAR_LOSS) (x0.74) is not re-tried from the beliefs where
+# a linked knob changed. The largest turn an interaction made on the recorded tables is about this
+# much in log: on cpu-lora micro-batch 4 lost x0.81 with eager attention and gained x1.10 with sdpa.
+# Losses of x0.45-0.6 (padding back to longest from padding-free, checkpointing on a roomy card) were
+# re-tried after every kept micro-batch or kernel change and lost each time.
+FAR_LOSS = 0.3
+
+
+def tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[RecordLike]) -> str | None:
+    """Why `hypothesis` is left to the model of all trials (reasoner.surrogate) rather than tried again
+    from the beliefs: this run measured the same change, from the same values, on an earlier incumbent,
+    did not keep it, and either
+    - its interval rules out the gain the beliefs expect of it (sdpa at x0.98 [0.89, 1.08] on a 2%
+      machine, where an unknown change is expected to gain x1.1), or
+    - it lost so far (FAR_LOSS) that no interaction seen so far would turn it into a gain.
+    That measurement says more of this job than the beliefs do. The model weighs it with the links (a
+    change may gain on an incumbent that differs in a knob it interacts with) and proposes it again,
+    after the changes not yet measured here, only where its expected gain clears the noise floor.
+    A smaller loss beyond the noise is re-tried where a linked knob changed (`refuted` judges it), and
+    so is a discard whose interval is wide enough to hold the expected gain: a noisy machine's
+    discards miss real gains. None when none of this holds."""
+    for tried_on, record in incumbents(records):
+        if record.change != hypothesis.change or record.decision != "discard" or record.outcome != "complete":
+            continue
+        if record.ratio is None or record.interval is None:
+            continue
+        if any(getattr(tried_on, knob) != getattr(incumbent, knob) for knob, _ in hypothesis.changes):
+            continue  # from another value (a micro-batch climbed past): another change
+        low, high = record.interval
+        if record.lost and high < math.exp(-FAR_LOSS):
+            return (f"lost x{record.ratio:.3f} [{low:.3f}, {high:.3f}] in trial {record.trial}, more than a linked "
+                    "knob has been seen to turn around: left to the model of all trials")
+        if not record.lost and high < hypothesis.expected_ratio:
+            return (f"measured x{record.ratio:.3f} [{low:.3f}, {high:.3f}] in trial {record.trial}, short of the "
+                    f"x{hypothesis.expected_ratio:.2f} the beliefs expect: left to the model of all trials")
+    return None
+
+
 WARM = (Source.WARM_START, Source.WARM_CHECK)
 
 

@@ -7,7 +7,7 @@ import math
 from autotune.loop.next_change import next_hypotheses
 from autotune.config.knobs import Knobs
 from autotune.reasoner import Hypothesis
-from autotune.reasoner.links import linked, refuted, reverts
+from autotune.reasoner.links import linked, refuted, reverts, tried_here
 from autotune.reasoner.surrogate import proposals
 
 CPU = {"kind": "cpu", "cpu_count": 2, "bf16": False, "compile": True, "fused_adamw": True, "memory_bytes": 2**34}
@@ -47,6 +47,41 @@ def test_a_change_that_lost_is_not_retried_where_only_unlinked_knobs_changed_but
     # A loss within the noise refutes nothing.
     close = [baseline(), trial(1, START.with_change("per_device_train_batch_size", 8), micro.change, 0.99)]
     assert refuted(micro, on_workers, close) is None
+
+
+def test_a_change_measured_here_and_not_kept_waits_for_the_changes_not_yet_measured():
+    sdpa = Hypothesis("attn_implementation", "sdpa", "", expected_ratio=1.1)  # as an unknown change is
+    padding = Hypothesis("padding", "padding_free", "", expected_ratio=1.1)
+    bigger = START.with_change("per_device_train_batch_size", 2)
+    records = [baseline(), trial(1, START.with_change("attn_implementation", "sdpa"), sdpa.change, 0.99),
+               trial(2, bigger, "per_device_train_batch_size=2", 1.5, "keep")]
+    # The micro-batch is linked to the attention kernel, so the within-noise result refutes nothing...
+    assert refuted(sdpa, bigger, records) is None
+    # ...but the ranking does not try it again ahead of what this run has not measured.
+    why = tried_here(sdpa, bigger, records)
+    assert why and "x0.990 [0.970, 1.010] in trial 1, short of the x1.10" in why
+    measured = {tuple(sorted(Knobs.from_dict(r["knobs"]).to_dict().items())) for r in records}
+    skipped: list = []
+    hypotheses, stop = next_hypotheses(bigger, [sdpa, padding], records, CPU, 8, measured, [], {}, 0.01, allow_all,
+                                       skipped)
+    assert stop is None and [h.change for h in hypotheses] == ["padding=padding_free"]
+    assert skipped == [("attn_implementation=sdpa", why)]  # the report says why it was not tried again
+    # Once those are spent it is the model of all trials that may propose it again, not the beliefs.
+    hypotheses, _ = next_hypotheses(bigger, [sdpa], records, CPU, 8, measured, [], {}, 0.01, allow_all, [])
+    assert all(h.source != "rank" for h in hypotheses)
+    # A kept change, or a micro-batch reached from another value, is another matter.
+    smaller = Hypothesis("per_device_train_batch_size", 2, "")
+    assert tried_here(smaller, START.with_change("per_device_train_batch_size", 4), records) is None
+    assert tried_here(padding, bigger, records) is None
+    # Where the noise left room for the gain the beliefs expect (a wide interval), it is tried again.
+    noisy = [baseline(), trial(1, START.with_change("attn_implementation", "sdpa"), sdpa.change, 0.99, spread=0.3),
+             trial(2, bigger, "per_device_train_batch_size=2", 1.5, "keep")]
+    assert tried_here(sdpa, bigger, noisy) is None
+    # A loss far beyond what an interaction turns around is left to the model too; a smaller one is not.
+    for ratio, left in ((0.5, True), (0.85, False)):
+        lost = [baseline(), trial(1, START.with_change("attn_implementation", "sdpa"), sdpa.change, ratio),
+                trial(2, bigger, "per_device_train_batch_size=2", 1.5, "keep")]
+        assert bool(tried_here(sdpa, bigger, lost)) is left
 
 
 def test_the_parts_of_a_kept_warm_start_are_undone_one_at_a_time():
