@@ -239,6 +239,19 @@ def test_host_ray_takes_the_address_from_RAY_ADDRESS(cluster, monkeypatch):
         RayExecutor("127.0.0.1:1").connect()  # in seconds, where Ray would retry for minutes
 
 
+def _until_dead(actor, within_s: float = 30.0) -> None:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.where.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            continue
+        time.sleep(0.2)
+    raise AssertionError(f"the actor was still answering {within_s:.0f} s after ray.kill")
+
+
 def test_a_slot_lost_on_a_live_node_is_replaced_once_its_gpu_is_free(cluster, tmp_path):
     # A slot stopped after a hang (or its actor killed) frees its GPU: the tune gets a new slot there.
     executor = RayExecutor(cluster["address"], make_inner=functools.partial(Table, tiny_job().start.to_dict(), 0.0))
@@ -246,6 +259,7 @@ def test_a_slot_lost_on_a_live_node_is_replaced_once_its_gpu_is_free(cluster, tm
         executor.connect(MODEL)
         home, lost = executor.slots()
         ray.kill(lost.actor)
+        _until_dead(lost.actor)  # ray.kill returns before the actor is gone: a run sent at once may still complete
         result = lost.run(make_spec(tmp_path), tmp_path / "001-001", 30)
         assert result["state"] == "crash" and not lost.alive
         deadline = time.monotonic() + 60
