@@ -1,7 +1,8 @@
 """A fresh child process on this machine per trial, in its own session so a timeout kills its workers.
 
-Children are forked from a fork server that has imported torch and transformers (never CUDA: the
-import does not initialise it), so each trial is a new process without ~5 s of imports. `fork=False`
+Children are forked from a fork server that has imported torch, and for a Hugging Face or script job
+transformers, trl and datasets (never CUDA: the import does not initialise it), so each trial is a new
+process without ~5 s of imports. `fork=False`
 starts each trial as `python -m <its runner module>` instead (another interpreter, or debugging).
 """
 
@@ -31,18 +32,31 @@ PRELOAD = ["autotune.executors.forkserver_home",
            "autotune.workloads.mlp.runner", "autotune.engine.train", "autotune.workloads.hf.models",
            # Text trials train inside trl.SFTTrainer: trl, datasets and the trainer's modules load once here.
            "trl", "datasets", "autotune.workloads.hf.sft", "autotune.engine.instruments"]
+# A plain PyTorch job's trials need none of transformers, trl and datasets: importing them would hold its
+# first trial back (4 s on a quiet 2-core box, about 8 under load). A script may import them: it gets them all.
+# torch._dynamo (and the sympy it loads) is imported lazily by the first optimizer step: 1.1 s a trial
+# when the server has not (transformers imports it for the others).
+PRELOAD_BY_RUNNER = {"mlp": ["autotune.executors.forkserver_home", "torch", "torch._dynamo", "autotune.engine.train",
+                             "autotune.engine.steps", "autotune.probes.device", "autotune.workloads.mlp.runner"]}
 _fork_server = None
 _tags = itertools.count(1)
 _live: set[int] = set()   # trials running now, in any executor of this process: never ended as orphans
 
 
-def _context():
+def _context(runner: str):
+    """The fork server, started for the first trial's runner (its preload, PRELOAD_BY_RUNNER); a later
+    trial of another runner in this process imports what the server lacks in its own child."""
     global _fork_server
     if _fork_server is None:
         _fork_server = multiprocessing.get_context("forkserver")
-        _fork_server.set_forkserver_preload(PRELOAD)
+        _fork_server.set_forkserver_preload(preload_for(runner))
         _start_fork_server()
     return _fork_server
+
+
+def preload_for(runner: str) -> list[str]:
+    """The modules the fork server imports before its first fork, for trials of `runner`."""
+    return list(PRELOAD_BY_RUNNER.get(runner, PRELOAD))
 
 
 def _start_fork_server() -> None:
@@ -131,7 +145,7 @@ class LocalExecutor:
         runner, env = str(spec.get("runner", "hf")), self._env(spec, trial_dir.resolve(), tag)
         paths = [str(trial_dir / name) for name in ("spec.json", "result.json", "stdout.txt", "stderr.txt")]
         if self.fork:
-            child = _context().Process(target=run_forked, args=(runner, *paths, env), daemon=False)
+            child = _context(runner).Process(target=run_forked, args=(runner, *paths, env), daemon=False)
             child.start()
             return child
         with open(paths[2], "w") as out, open(paths[3], "w") as err:

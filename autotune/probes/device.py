@@ -91,15 +91,17 @@ def installed_kernels() -> Kernels:
 
 
 def device_facts(device: str, peak_cache: PeakCache | None = None) -> DeviceFacts:
+    # transformers' version is read, not imported: 3 s a plain PyTorch job's frame does not need.
+    from importlib.metadata import version
+
     import torch
-    import transformers
 
     compile_ok, compile_reason = _compile_support(device)
     kernels, hub = installed_kernels(), hub_flash_facts(device)
     facts: DeviceFacts = {
         "kind": device, "cpu_count": os.cpu_count() or 1, "compile": compile_ok, "compile_reason": compile_reason,
         "fused_adamw": _fused_adamw_works(device), "torch": torch.__version__,
-        "transformers": transformers.__version__, "python": platform.python_version(),
+        "transformers": version("transformers"), "python": platform.python_version(),
         "liger": kernels["liger"], "bitsandbytes": kernels["bitsandbytes"], "torchao": kernels["torchao"],
         "flash_attn_3": kernels["flash_attn_3"], "hub_flash": hub["hub_flash"],
         "hub_flash_reason": hub["hub_flash_reason"],

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import make_spec
+from conftest import make_spec, tiny_job
 
 from autotune.executors import LocalExecutor
 
@@ -118,3 +119,39 @@ def test_the_runner_also_runs_as_a_plain_module_process(tmp_path, framed):
     result = LocalExecutor(fork=False).run(make_spec(tmp_path), tmp_path / "plain", timeout_s=300)
     assert result["state"] == "complete" and result["exit_code"] == 0
     assert (tmp_path / "plain" / "stdout.txt").read_text().startswith("autotune runner: complete")
+
+
+def test_a_plain_pytorch_job_s_fork_server_holds_what_its_trials_import_and_not_the_hugging_face_stack(tmp_path):
+    """An MLP job's first trial waits for the fork server's imports, and each trial forked from it imports
+    what the server lacks. Neither may be the Hugging Face stack, nor torch's compiler stack (torch._dynamo
+    and sympy, which the first optimizer step imports: 1.1 s a trial when the server had not)."""
+    from autotune.executors.local import preload_for
+
+    hf = preload_for("hf")
+    assert {"trl", "datasets", "transformers"} <= set(hf) and preload_for("script") == hf  # a script may use them
+    job = tiny_job(model="mlp", mlp_width=64, mlp_rows=512, effective_batch=8)
+    specs = []
+    for kind, fields in (("frame", {}), ("trial", {"measure_steps": 4, "warmup_max": 2})):
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps(make_spec(tmp_path, kind, job=job, runner="mlp", rows_needed=8 * 14, **fields)))
+        specs.append((str(path), str(tmp_path / f"{kind}-result.json")))
+    check = f"""
+import importlib, runpy, sys, warnings
+warnings.simplefilter("ignore")
+for name in {preload_for("mlp")!r}:
+    importlib.import_module(name)
+server = set(sys.modules)
+for spec, result in {specs!r}:
+    sys.argv = ["runner", spec, result]
+    try:
+        runpy.run_module("autotune.workloads.mlp.runner", run_name="__main__")
+    except SystemExit:
+        pass
+late = set(sys.modules) - server
+print(sorted({{m.split(".")[0] for m in server | late}} & {{"transformers", "trl", "datasets"}}),
+      sorted(m for m in late if m.startswith(("torch._dynamo", "sympy")))[:3])
+"""
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True, cwd=tmp_path,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert json.loads((tmp_path / "trial-result.json").read_text())["state"] == "complete"
+    assert out.stdout.strip().splitlines()[-1] == "[] []"
