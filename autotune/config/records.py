@@ -117,6 +117,11 @@ class TrialRecord(Mapping[str, Any]):
         return len(self.changes) > 1
 
     @property
+    def replayed(self) -> bool:
+        """Read back from the knowledge base (another session's runs), not measured in this tune."""
+        return bool(self.raw.get("replayed_from"))
+
+    @property
     def lost(self) -> bool:
         """Measured slower than its incumbent beyond the noise floor."""
         floor = self.noise_floor or 0.0

@@ -49,12 +49,17 @@ class Incumbent:
     profile: JsonObject = field(default_factory=dict)  # its latest ceiling and time breakdown
     cards: list[str | None] = field(default_factory=list)  # the GPU each run was on (None: the one device)
 
-    def add(self, measurement: Measurement, placement: Mapping[str, str] | None = None) -> None:
+    def add(self, measurement: Measurement, placement: Mapping[str, str] | None = None,
+            replayed: bool = False) -> None:
         """One run of this config; `placement`: its trial's, for a measurement that does not carry its own
-        (records made before measurements did, or a knowledge base's copy). A trial's runs share one card."""
+        (records made before measurements did, or a knowledge base's copy). A trial's runs share one card.
+        `replayed`: a run of another session, read back from the knowledge base. It counts as a card of
+        its own, so no run of this session is compared with it: the machine may have sped up or slowed
+        down since (load, clocks), and a change measured against it would carry that drift as its gain."""
         self.samples.append(measurement.samples_per_s)
         self.runs.append(list(measurement.step_times_s))
-        self.cards.append(card(measurement.placement or placement))
+        where = card(measurement.placement or placement)
+        self.cards.append(f"replayed:{where}" if replayed else where)
         if measurement.ceiling:
             self.profile["ceiling"] = measurement.ceiling.to_dict()
         if measurement.breakdown:

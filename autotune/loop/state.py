@@ -115,7 +115,7 @@ class LoopState:
         if record.decision == "keep":
             kept = Incumbent(Knobs.from_dict(dict(record.knobs)), [], record.trial, profile=dict(incumbent.profile))
             for measurement in measurements:
-                kept.add(measurement, record.placement)
+                kept.add(measurement, record.placement, record.replayed)
             self.incumbent = kept
         return self.incumbent
 
@@ -131,7 +131,7 @@ class LoopState:
             if index == 0:  # the baseline: the user's config, measured in fresh processes
                 self.incumbent = Incumbent(start, [], 0)
                 for measurement in record.measurements:
-                    self.incumbent.add(measurement, record.placement)
+                    self.incumbent.add(measurement, record.placement, record.replayed)
                 self.noise_floor = float(record.noise_floor or 0.0)
                 continue
             if record.state == "complete" and record.measurements:

@@ -191,7 +191,7 @@ class Tuner:
     def _replayed_baseline(self, past: TrialRecord, experiment: str) -> tuple[Incumbent, Measurement, float]:
         incumbent = Incumbent(self.job.start, [], 0)
         for measurement in past.measurements:
-            incumbent.add(measurement)
+            incumbent.add(measurement, replayed=True)
         floor = stats.noise_floor(incumbent.runs)
         if past.wall_s:
             # A trial's timeout follows the slowest measurement so far; the record says how long they took.

@@ -12,6 +12,7 @@ import pytest
 from conftest import TINY, TINY_WORDS
 from tests.loop.test_tuner import TableExecutor
 
+from autotune.config.knobs import parse_knob_value
 from autotune.config.records import TrialRecord
 from autotune.workloads.jobs import job_from_dict, job_from_words
 from autotune.kb import Store, kb_folder
@@ -117,3 +118,26 @@ def test_a_change_that_did_not_fit_is_retried_with_checkpointing_that_enables_it
 @pytest.mark.parametrize("words", [["fresh"]])
 def test_fresh_is_a_mode_word(words):
     assert job_from_words("x", TINY_WORDS + words)[1] == ["smoke", "fresh"]
+
+
+@pytest.mark.parametrize("kept", [False, True], ids=["baseline", "kept change"])
+def test_a_replayed_incumbent_is_measured_again_before_a_change_is_judged_against_it(tmp_path, kept):
+    # Between two runs of one job the machine became twice as fast (less load). The first run's trial 1
+    # was discarded, or kept; either way the second run's incumbent is read back with another session's
+    # runs. A change that does nothing, judged against those, would measure x2.
+    probe = tmp_path / "probe"  # which change a first trial tries, in a knowledge base of its own
+    _, seen = tune(probe, TableExecutor({}), "probe", max_trials=1, kb=str(probe / "kb"))
+    knob, _, value = seen.records[1]["change"].partition("=")
+    first = {(knob, parse_knob_value(knob, value)): 2.0} if kept else {}
+    _, one = tune(tmp_path, TableExecutor(first), "one", max_trials=1)
+    assert one.records[1]["change"] == seen.records[1]["change"]
+    assert one.records[1]["decision"] == ("keep" if kept else "discard")
+    faster = TableExecutor(first, jitter=[2.0] * 40)
+    _, two = tune(tmp_path, faster, "two", max_trials=2)
+    assert [r["state"] for r in two.records[:2]] == ["replayed", "replayed"]
+    assert two.records[1]["decision"] == one.records[1]["decision"]
+    new = two.records[2]
+    assert new["decision"] == "discard" and 0.9 < new["ratio"] < 1.1, new["reason"]
+    incumbent = two.records[1]["knobs"] if first else two.records[0]["knobs"]
+    assert any(s["kind"] == "trial" and s["knobs"] == incumbent for s in faster.specs)  # measured in this run
+    assert two.best.knobs.to_dict() == incumbent
