@@ -4,8 +4,9 @@ Pure: from the ranked hypotheses, the trials so far and the beliefs, the hypothe
 or why there is nothing left worth a trial. In order:
 1. the ranked single changes, less those refuted here (reasoner.links: a change that lost beyond the
    noise on an incumbent differing only in knobs unlinked to it) and those this run measured and did
-   not keep, where the measurement rules out the gain the beliefs expect (`tried_here`: left to 3),
-   and after a combined change was kept, each of its parts undone alone first;
+   not keep, where the measurement rules out the gain the beliefs expect or lost by more than a
+   linked knob has been seen to turn around (links.tried_here: left to 3), and after a combined
+   change was kept, each of its parts undone alone first;
 2. when those are spent: the changes that each measured faster within the noise, pooled;
 3. then a model of every trial (reasoner.surrogate) over every config one or two changes away:
    interacting pairs, changes that lost on an incumbent since changed in a knob they interact with.
