@@ -39,18 +39,29 @@ PRELOAD = ["autotune.executors.forkserver_home",
 PRELOAD_BY_RUNNER = {"mlp": ["autotune.executors.forkserver_home", "torch", "torch._dynamo", "autotune.engine.train",
                              "autotune.engine.steps", "autotune.probes.device", "autotune.workloads.mlp.runner"]}
 _fork_server = None
+_preloaded: list[str] = []   # what the running fork server imported
 _tags = itertools.count(1)
 _live: set[int] = set()   # trials running now, in any executor of this process: never ended as orphans
 
 
 def _context(runner: str):
-    """The fork server, started for the first trial's runner (its preload, PRELOAD_BY_RUNNER); a later
-    trial of another runner in this process imports what the server lacks in its own child."""
-    global _fork_server
+    """The fork server, with the preload of the runners it has served (PRELOAD_BY_RUNNER). A process
+    that tuned a plain PyTorch job and now tunes a Hugging Face one (a notebook, a test worker) has a
+    server without transformers: it is started again with both sets, once no trial of it is running;
+    until then each child imports what the server lacks, itself."""
+    from multiprocessing import forkserver
+
+    global _fork_server, _preloaded
     if _fork_server is None:
         _fork_server = multiprocessing.get_context("forkserver")
-        _fork_server.set_forkserver_preload(preload_for(runner))
-        _start_fork_server()
+    wanted = preload_for(runner)
+    if _preloaded and (set(wanted) <= set(_preloaded) or _live):
+        return _fork_server
+    if _preloaded:
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    _preloaded = list(dict.fromkeys(_preloaded + wanted))  # forkserver_home stays first
+    _fork_server.set_forkserver_preload(_preloaded)
+    _start_fork_server()
     return _fork_server
 
 

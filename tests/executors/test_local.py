@@ -155,3 +155,33 @@ print(sorted({{m.split(".")[0] for m in server | late}} & {{"transformers", "trl
                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert json.loads((tmp_path / "trial-result.json").read_text())["state"] == "complete"
     assert out.stdout.strip().splitlines()[-1] == "[] []"
+
+
+def test_the_fork_server_is_started_again_with_the_hugging_face_stack_once_a_later_job_needs_it():
+    """A notebook (or a test worker) that tuned a plain PyTorch job and now tunes a Hugging Face one: its
+    server lacked transformers, so every trial would import it (4 s each). It is started again with both
+    preloads, but never under a running trial (that trial's exit status comes through the server)."""
+    check = """
+import json
+from multiprocessing import forkserver
+import autotune.executors.local as local
+# Light stand-ins for the two preloads: the rule is the subject, not an import of seconds.
+local.PRELOAD = ["autotune.executors.forkserver_home", "csv", "json"]
+local.PRELOAD_BY_RUNNER = {"mlp": ["autotune.executors.forkserver_home", "json", "zlib"]}
+server = forkserver._forkserver
+local._context("mlp")
+first, mlp = server._forkserver_pid, list(server._preload_modules)
+local._context("mlp")
+again = server._forkserver_pid
+local._live.add(1)
+local._context("hf")
+held = server._forkserver_pid
+local._live.clear()
+local._context("hf")
+print(json.dumps({"first": first, "again": again, "held": held, "now": server._forkserver_pid, "mlp": mlp,
+                  "both": list(server._preload_modules)}))
+"""
+    out = json.loads(subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True,
+                                    timeout=120).stdout.strip().splitlines()[-1])
+    assert "csv" not in out["mlp"] and out["again"] == out["held"] == out["first"] != out["now"]
+    assert out["both"] == ["autotune.executors.forkserver_home", "json", "zlib", "csv"]
