@@ -38,8 +38,7 @@ PRELOAD = ["autotune.executors.forkserver_home",
 # when the server has not (transformers imports it for the others).
 PRELOAD_BY_RUNNER = {"mlp": ["autotune.executors.forkserver_home", "torch", "torch._dynamo", "autotune.engine.train",
                              "autotune.engine.steps", "autotune.probes.device", "autotune.workloads.mlp.runner"]}
-_fork_server = None
-_preloaded: list[str] = []   # what the running fork server imported
+_preloaded: list[str] = []   # what the fork server imports (empty: not started by this process yet)
 _tags = itertools.count(1)
 _live: set[int] = set()   # trials running now, in any executor of this process: never ended as orphans
 
@@ -51,18 +50,17 @@ def _context(runner: str):
     until then each child imports what the server lacks, itself."""
     from multiprocessing import forkserver
 
-    global _fork_server, _preloaded
-    if _fork_server is None:
-        _fork_server = multiprocessing.get_context("forkserver")
+    global _preloaded
+    context = multiprocessing.get_context("forkserver")  # one per process, whoever asks
     wanted = preload_for(runner)
     if _preloaded and (set(wanted) <= set(_preloaded) or _live):
-        return _fork_server
+        return context
     if _preloaded:
         forkserver._forkserver._stop()  # type: ignore[attr-defined]
     _preloaded = list(dict.fromkeys(_preloaded + wanted))  # forkserver_home stays first
-    _fork_server.set_forkserver_preload(_preloaded)
+    context.set_forkserver_preload(_preloaded)
     _start_fork_server()
-    return _fork_server
+    return context
 
 
 def preload_for(runner: str) -> list[str]:

@@ -28,7 +28,7 @@ from ..kb.claims import Claim
 from ..config.records import RecordLike, Source, typed
 from ..config.knobs import Knobs
 from ..reasoner import Hypothesis, key, pooled
-from ..reasoner.links import WARM, combined_kept, incumbents, reverts, tried_here, undecided_pair, unrefuted
+from ..reasoner.links import WARM, combined_kept, incumbents, reverts, undecided_pair, unrefuted, untried_here
 from ..reasoner.surrogate import proposals
 
 Allowed = Callable[[list[Hypothesis], list[tuple[str, str]]], tuple[list[Hypothesis], list[tuple[str, str]]]]
@@ -41,7 +41,7 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: Sequenc
     claims, records = list(claims), typed(records)   # read once, typed, by every rule below
     undo = allowed(reverts(incumbent, records, measured, device, effective_batch, claims, features), [])[0]
     singles = [h for h in unrefuted(ranked, incumbent, records, claims, skipped) if h.change not in {u.change for u in undo}]
-    singles = [h for h in singles if not _tried_here(h, incumbent, records, skipped)]
+    singles = untried_here(singles, incumbent, records, skipped)
     hypotheses = _with_undo(undo, singles, records)
     if hypotheses:
         return hypotheses, None
@@ -63,14 +63,6 @@ def next_hypotheses(incumbent: Knobs, ranked: list[Hypothesis], records: Sequenc
     best = proposed[0]
     return [], (f"the best proposal left ({best.change}) expects an improvement of x{math.exp(best.score):.4f}, "
                 f"below the {floor:.2%} noise floor")
-
-
-def _tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[RecordLike],
-                skipped: list[tuple[str, str]]) -> bool:
-    why = tried_here(hypothesis, incumbent, records)
-    if why:
-        skipped.append((hypothesis.change, why))
-    return why is not None
 
 
 def _with_undo(undo: list[Hypothesis], singles: list[Hypothesis], records: Sequence[RecordLike]) -> list[Hypothesis]:

@@ -16,7 +16,7 @@ known). It is re-tried once an incumbent differs in a linked knob: the loss may 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from ..kb.features import FeatureView
 from ..config.types import Device
@@ -93,9 +93,21 @@ def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: Sequence[
               claims: Iterable[Claim], skipped: list[tuple[str, str]]) -> list[Hypothesis]:
     """The hypotheses not refuted here; each refuted one joins `skipped` with why."""
     claims, records = list(claims), typed(records)
+    return _passing(hypotheses, skipped, lambda h: refuted(h, incumbent, records, claims))
+
+
+def untried_here(hypotheses: list[Hypothesis], incumbent: Knobs, records: Sequence[RecordLike],
+                 skipped: list[tuple[str, str]]) -> list[Hypothesis]:
+    """The hypotheses `tried_here` does not leave to the model; each one it does joins `skipped` with why."""
+    tried = incumbents(records)
+    return _passing(hypotheses, skipped, lambda h: tried_here(h, incumbent, records, tried))
+
+
+def _passing(hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
+             why_not: Callable[[Hypothesis], str | None]) -> list[Hypothesis]:
     kept = []
     for hypothesis in hypotheses:
-        why = refuted(hypothesis, incumbent, records, claims)
+        why = why_not(hypothesis)
         if why:
             skipped.append((hypothesis.change, why))
         else:
@@ -111,7 +123,8 @@ def unrefuted(hypotheses: list[Hypothesis], incumbent: Knobs, records: Sequence[
 FAR_LOSS = 0.3
 
 
-def tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[RecordLike]) -> str | None:
+def tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[RecordLike],
+               tried: list[tuple[Knobs, TrialRecord]] | None = None) -> str | None:
     """Why `hypothesis` is left to the model of all trials (reasoner.surrogate) rather than tried again
     from the beliefs: this run measured the same change, from the same values, on an earlier incumbent,
     did not keep it, and either
@@ -123,8 +136,9 @@ def tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[Recor
     after the changes not yet measured here, only where its expected gain clears the noise floor.
     A smaller loss beyond the noise is re-tried where a linked knob changed (`refuted` judges it), and
     so is a discard whose interval is wide enough to hold the expected gain: a noisy machine's
-    discards miss real gains. None when none of this holds."""
-    for tried_on, record in incumbents(records):
+    discards miss real gains. None when none of this holds. `tried`: `incumbents(records)`, where the
+    caller has it."""
+    for tried_on, record in tried if tried is not None else incumbents(records):
         if record.change != hypothesis.change or record.decision != "discard" or record.outcome != "complete":
             continue
         if record.ratio is None or record.interval is None:
