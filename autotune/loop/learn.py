@@ -67,6 +67,14 @@ class Lesson:
     events: list[JsonObject] = field(default_factory=list)
 
 
+def kept_only_together(past: Mapping[str, Any], knob: str, value: Any) -> bool:
+    """Whether the past run measured `knob=value` alone and discarded it, and kept it only as part of a
+    combined change: its gain there hung on the other knobs of that job (long-tail's fused AdamW and sdpa,
+    x0.95 and x0.83 alone, x1.15 together), so another job need not share it."""
+    alone = [t.get("decision") for t in past.get("trials") or () if parse_change(t.get("change")) == ((knob, str(value)),)]
+    return "discard" in alone and "keep" not in alone
+
+
 class Memory:
     def __init__(self, job: Job, fresh: bool = False) -> None:
         self.job, self.fresh = job, fresh
@@ -112,7 +120,7 @@ class Memory:
         best = Knobs.from_dict(past["best"]["knobs"])
         device, batch = device_of(self.frame), self.job.effective_batch
         pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
-                   if not (CATALOG[k].climb == "divisors" and batch % v)]
+                   if not (CATALOG[k].climb == "divisors" and batch % v) and not kept_only_together(past, k, v)]
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
         changes = together(incumbent, pending, device, batch)
         current = incumbent

@@ -141,3 +141,24 @@ def test_a_replayed_incumbent_is_measured_again_before_a_change_is_judged_agains
     incumbent = two.records[1]["knobs"] if first else two.records[0]["knobs"]
     assert any(s["kind"] == "trial" and s["knobs"] == incumbent for s in faster.specs)  # measured in this run
     assert two.best.knobs.to_dict() == incumbent
+
+
+def test_a_warm_start_leaves_out_a_change_the_past_run_kept_only_together_with_another(tmp_path):
+    _, one = tune(tmp_path, TableExecutor(FACTORS), "one")
+    assert one.best.knobs.attn_implementation == "sdpa" and one.best.knobs.optim == "adamw_torch"
+    store = Store(kb_folder())
+    past = store.all("runs")[-1]
+    # As on cpu-long-tail: fused AdamW lost alone (x0.95) and was kept only with sdpa (x1.15 together).
+    trials = [*past["trials"],
+              {"trial": 90, "change": "optim=adamw_torch_fused", "state": "complete", "decision": "discard", "ratio": 0.95},
+              {"trial": 91, "change": "optim=adamw_torch_fused+attn_implementation=sdpa", "state": "complete",
+               "decision": "keep", "ratio": 1.15}]
+    best = {**past["best"]["knobs"], "optim": "adamw_torch_fused"}
+    store.append("runs", {**past, "run_id": past["run_id"] + "-b", "trials": trials,
+                          "best": {**past["best"], "knobs": best, "trial": 91}})
+    _, two = tune(tmp_path, TableExecutor(FACTORS), "two", max_len=96)
+    warm = two.records[1]
+    assert "warm start" in warm["hypothesis"]["rationale"]
+    # What the past run gained alone comes over; the optimizer, whose gain hung on sdpa there, does not.
+    assert {"padding=padding_free", "attn_implementation=sdpa"} <= set(warm["change"].split("+"))
+    assert "optim" not in warm["change"]

@@ -84,6 +84,25 @@ def test_a_change_measured_here_and_not_kept_waits_for_the_changes_not_yet_measu
         assert bool(tried_here(sdpa, bigger, lost)) is left
 
 
+def test_a_change_a_first_run_screened_out_is_tried_again_once_a_linked_knob_changed():
+    eight = Hypothesis("per_device_train_batch_size", 8, "", expected_ratio=1.1)
+    on = START.with_change("per_device_train_batch_size", 16)
+    screened = dict(trial(1, on.with_change("per_device_train_batch_size", 8), eight.change, 0.89, spread=0.13),
+                    confidence=0.9)  # "not faster after two runs": the screen's 90% interval
+    longest = on.with_change("padding", "longest")
+    records = [baseline(), trial(1, on, "per_device_train_batch_size=16", 1.6, "keep"), {**screened, "trial": 2},
+               trial(3, longest, "padding=longest", 1.3, "keep")]
+    # Padding is linked to the micro-batch: on the new incumbent the screen says little.
+    assert tried_here(eight, longest, records) is None
+    # Where only an unlinked knob changed, it says as much as before...
+    workers = on.with_change("dataloader_num_workers", 2)
+    unlinked = [*records[:3], trial(3, workers, "dataloader_num_workers=2", 1.3, "keep")]
+    assert tried_here(eight, workers, unlinked) and "short of the x1.10" in tried_here(eight, workers, unlinked)
+    # ...and an interval from the pairs is left to the model after a linked change too.
+    paired = [*records[:2], {**screened, "trial": 2, "confidence": 0.998}, records[3]]
+    assert tried_here(eight, longest, paired)
+
+
 def test_the_parts_of_a_kept_warm_start_are_undone_one_at_a_time():
     kept = START.with_change("per_device_train_batch_size", 8).with_change("padding", "padding_free")
     records = [baseline(), trial(1, kept, "per_device_train_batch_size=8+padding=padding_free", 1.6, "keep",
