@@ -160,11 +160,11 @@ def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None
     return trace
 
 
-def learn_from(tables: list[Table], trials: int, kb: Path) -> None:
-    """A knowledge base that has seen these tables: one autotune run on each (seed 0)."""
+def learn_from(tables: list[Table], trials: int, kb: Path, seed: int = 0) -> None:
+    """A knowledge base that has seen these tables: one autotune run on each (its noise drawn by `seed`)."""
     for table in tables:
         with tempfile.TemporaryDirectory() as tmp, _place(table, Path(tmp)):
-            Tuner(_job(table, trials, kb), ReplayExecutor(table, 0, strict=False), Path(tmp)).run()
+            Tuner(_job(table, trials, kb), ReplayExecutor(table, seed, strict=False), Path(tmp)).run()
 
 
 def _place(table: Table, root: Path) -> ContextManager[Path]:
