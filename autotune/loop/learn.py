@@ -119,8 +119,10 @@ class Memory:
             return None
         best = Knobs.from_dict(past["best"]["knobs"])
         device, batch = device_of(self.frame), self.job.effective_batch
-        pending = [(k, v) for k, (_, v) in incumbent.diff(best).items()
-                   if not (CATALOG[k].climb == "divisors" and batch % v) and not kept_only_together(past, k, v)]
+        fitting = [(k, v) for k, (_, v) in incumbent.diff(best).items()
+                   if not (CATALOG[k].climb == "divisors" and batch % v)]
+        pending = [(k, v) for k, v in fitting if not kept_only_together(past, k, v)]
+        left_out = "+".join(f"{k}={v}" for k, v in fitting if (k, v) not in pending)
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
         changes = together(incumbent, pending, device, batch)
         current = incumbent
@@ -130,8 +132,9 @@ class Memory:
             return None
         first, *rest = changes
         gain = past["best"].get("speedup", 1.0)
+        why = f"; left out {left_out}: that run kept it only together with other changes" if left_out else ""
         return Hypothesis(first[0], first[1], f"warm start: the best config of run {past['run']} "
-                          f"({past['run_id']}, x{gain:.2f} over its baseline), a similar job on this kind of device",
+                          f"({past['run_id']}, x{gain:.2f} over its baseline), a similar job on this kind of device{why}",
                           p_helps=0.9, expected_ratio=gain, also=tuple(rest), claims=(), source=Source.WARM_START)
 
     def spread_prior(self) -> SpreadPrior | None:

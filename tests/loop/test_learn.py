@@ -162,3 +162,4 @@ def test_a_warm_start_leaves_out_a_change_the_past_run_kept_only_together_with_a
     # What the past run gained alone comes over; the optimizer, whose gain hung on sdpa there, does not.
     assert {"padding=padding_free", "attn_implementation=sdpa"} <= set(warm["change"].split("+"))
     assert "optim" not in warm["change"]
+    assert "left out optim=adamw_torch_fused: that run kept it only together" in warm["hypothesis"]["rationale"]
