@@ -21,7 +21,8 @@ from ..kb.features import Features, FeatureView, context, device_fingerprint, jo
 from ..config.types import JsonObject
 from .limits import Frame, device_of
 from ..config.knobs import CATALOG, Knobs
-from ..config.records import UNSPLIT_SOURCES, RecordLike, Source, SpreadPrior, TrialRecord, parse_change, typed
+from ..config.records import (UNSPLIT_SOURCES, RecordLike, Source, SpreadPrior, TrialRecord, change_text,
+                              parse_change, typed)
 from ..reasoner import Hypothesis, Observation, key, observe, outcome_of
 from ..reasoner.combine import together
 
@@ -122,7 +123,7 @@ class Memory:
         fitting = [(k, v) for k, (_, v) in incumbent.diff(best).items()
                    if not (CATALOG[k].climb == "divisors" and batch % v)]
         pending = [(k, v) for k, v in fitting if not kept_only_together(past, k, v)]
-        left_out = "+".join(f"{k}={v}" for k, v in fitting if (k, v) not in pending)
+        left_out = change_text(tuple((k, v) for k, v in fitting if (k, v) not in pending))
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
         changes = together(incumbent, pending, device, batch)
         current = incumbent
