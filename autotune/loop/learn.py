@@ -68,12 +68,26 @@ class Lesson:
     events: list[JsonObject] = field(default_factory=list)
 
 
-def kept_only_together(past: Mapping[str, Any], knob: str, value: Any) -> bool:
-    """Whether the past run measured `knob=value` alone and discarded it, and kept it only as part of a
-    combined change: its gain there hung on the other knobs of that job (long-tail's fused AdamW and sdpa,
-    x0.95 and x0.83 alone, x1.15 together), so another job need not share it."""
-    alone = [t.get("decision") for t in past.get("trials") or () if parse_change(t.get("change")) == ((knob, str(value)),)]
-    return "discard" in alone and "keep" not in alone
+# Combined changes measured together for how their effects combine, not because one makes the other fit.
+TOGETHER = (Source.POOLED, Source.MODEL)
+
+
+def kept_only_together(trials: Sequence[Mapping[str, Any]], knob: str, value: Any) -> bool:
+    """Whether a past run (its trial records) measured `knob=value` alone and discarded it, and kept it
+    only inside changes its model of all trials or its pooling made: its gain there hung on the other
+    knobs of that job (cpu-long-tail's fused AdamW and sdpa, x0.95 and x0.83 alone, x1.15 together),
+    so another job need not share it. A change kept with what let it fit (checkpointing with a larger
+    micro-batch) is not one of them: left out, the rest may not fit."""
+    change = (knob, str(value))
+    alone, kept_with_others = [], []
+    for trial in trials:
+        parts = parse_change(trial.get("change"))
+        if parts == (change,):
+            alone.append(trial.get("decision"))
+        elif change in parts and trial.get("decision") == "keep":
+            kept_with_others.append((trial.get("hypothesis") or {}).get("source"))
+    return ("discard" in alone and "keep" not in alone and bool(kept_with_others)
+            and all(source in TOGETHER for source in kept_with_others))
 
 
 class Memory:
@@ -122,7 +136,8 @@ class Memory:
         device, batch = device_of(self.frame), self.job.effective_batch
         fitting = [(k, v) for k, (_, v) in incumbent.diff(best).items()
                    if not (CATALOG[k].climb == "divisors" and batch % v)]
-        pending = [(k, v) for k, v in fitting if not kept_only_together(past, k, v)]
+        trials = self.experience.trials(past["run_id"])
+        pending = [(k, v) for k, v in fitting if not kept_only_together(trials, k, v)]
         left_out = change_text(tuple((k, v) for k, v in fitting if (k, v) not in pending))
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
         changes = together(incumbent, pending, device, batch)

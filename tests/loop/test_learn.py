@@ -148,18 +148,25 @@ def test_a_warm_start_leaves_out_a_change_the_past_run_kept_only_together_with_a
     assert one.best.knobs.attn_implementation == "sdpa" and one.best.knobs.optim == "adamw_torch"
     store = Store(kb_folder())
     past = store.all("runs")[-1]
-    # As on cpu-long-tail: fused AdamW lost alone (x0.95) and was kept only with sdpa (x1.15 together).
-    trials = [*past["trials"],
-              {"trial": 90, "change": "optim=adamw_torch_fused", "state": "complete", "decision": "discard", "ratio": 0.95},
-              {"trial": 91, "change": "optim=adamw_torch_fused+attn_implementation=sdpa", "state": "complete",
-               "decision": "keep", "ratio": 1.15}]
-    best = {**past["best"]["knobs"], "optim": "adamw_torch_fused"}
-    store.append("runs", {**past, "run_id": past["run_id"] + "-b", "trials": trials,
-                          "best": {**past["best"], "knobs": best, "trial": 91}})
+    row = Experience(store).trials(past["run_id"])[-1]
+
+    def trial(n: int, change: str, decision: str, source: str) -> dict:
+        return {**row, "trial": n, "change": change, "decision": decision, "experiment": f"{past['run_id']}#{n}",
+                "hypothesis": {**(row.get("hypothesis") or {}), "change": change, "source": source}}
+
+    # As on cpu-long-tail: fused AdamW lost alone (x0.95) and was kept only with sdpa, which the model of
+    # all trials proposed (x1.15 together). Checkpointing lost alone too, but was kept with what it let fit.
+    store.extend("trials", [trial(90, "optim=adamw_torch_fused", "discard", "rank"),
+                            trial(91, "optim=adamw_torch_fused+attn_implementation=sdpa", "keep", "model"),
+                            trial(92, "gradient_checkpointing=True", "discard", "rank"),
+                            trial(93, "gradient_checkpointing=True+per_device_train_batch_size=2", "keep", "rank")])
+    best = {**past["best"]["knobs"], "optim": "adamw_torch_fused", "gradient_checkpointing": True}
+    store.append("runs", {**past, "best": {**past["best"], "knobs": best, "trial": 93}})
     _, two = tune(tmp_path, TableExecutor(FACTORS), "two", max_len=96)
     warm = two.records[1]
     assert "warm start" in warm["hypothesis"]["rationale"]
-    # What the past run gained alone comes over; the optimizer, whose gain hung on sdpa there, does not.
-    assert {"padding=padding_free", "attn_implementation=sdpa"} <= set(warm["change"].split("+"))
+    # What the past run gained alone comes over, and what made a change fit; the optimizer does not.
+    assert {"padding=padding_free", "attn_implementation=sdpa", "gradient_checkpointing=True"} <= set(
+        warm["change"].split("+"))
     assert "optim" not in warm["change"]
     assert "left out optim=adamw_torch_fused: that run kept it only together" in warm["hypothesis"]["rationale"]
