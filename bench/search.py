@@ -111,8 +111,8 @@ def _evaluate(tables: list[Table], seeds: int, trials: int, console: Console, on
             warm_kbs = [Path(holder.name) / f"kb{k}" for k in range(max(1, min(kbs, seeds)))]
             for k, kb in enumerate(warm_kbs):
                 learn_from(others, trials, kb, seed=k)
-            strategies["autotune warm"] = (lambda seed, table=table, kbs=warm_kbs:
-                                           autotune_search(table, seed, trials, kbs[seed % len(kbs)]))
+            strategies["autotune warm"] = (lambda seed, table=table, learned=warm_kbs:
+                                           autotune_search(table, seed, trials, learned[seed % len(learned)]))
         for name, run in strategies.items():
             started = time.monotonic()
             traces = [run(seed) for seed in range(seeds)]

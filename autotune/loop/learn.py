@@ -68,26 +68,24 @@ class Lesson:
     events: list[JsonObject] = field(default_factory=list)
 
 
-# Combined changes measured together for how their effects combine, not because one makes the other fit.
-TOGETHER = (Source.POOLED, Source.MODEL)
+# Who proposes combined changes for how their effects combine (not because one part lets another fit).
+INTERACTION_SOURCES = (Source.POOLED, Source.MODEL)
 
 
-def kept_only_together(trials: Sequence[Mapping[str, Any]], knob: str, value: Any) -> bool:
-    """Whether a past run (its trial records) measured `knob=value` alone and discarded it, and kept it
-    only inside changes its model of all trials or its pooling made: its gain there hung on the other
-    knobs of that job (cpu-long-tail's fused AdamW and sdpa, x0.95 and x0.83 alone, x1.15 together),
-    so another job need not share it. A change kept with what let it fit (checkpointing with a larger
-    micro-batch) is not one of them: left out, the rest may not fit."""
+def kept_only_together(trials: Sequence[RecordLike], knob: str, value: Any) -> bool:
+    """Whether a past run (its trial records) measured `knob=value` alone, complete, and discarded it, and
+    kept it only inside combinations its model of all trials or its pooling proposed whose other parts it
+    had also measured alone: its gain there hung on the other knobs of that job (cpu-long-tail's fused
+    AdamW and sdpa, x0.95 and x0.83 alone, x1.15 together), so another job need not share it.
+    A knob kept with a change that never ran alone (checkpointing with a micro-batch that did not fit,
+    or one never tried) is not left out: without it the rest may not fit."""
     change = (knob, str(value))
-    alone, kept_with_others = [], []
-    for trial in trials:
-        parts = parse_change(trial.get("change"))
-        if parts == (change,):
-            alone.append(trial.get("decision"))
-        elif change in parts and trial.get("decision") == "keep":
-            kept_with_others.append((trial.get("hypothesis") or {}).get("source"))
+    records = [r for r in typed(trials) if r.outcome == "complete"]
+    alone = [r.decision for r in records if r.changes == (change,)]
+    measured_alone = {r.changes[0] for r in records if len(r.changes) == 1}
+    kept_with_others = [r for r in records if r.decision == "keep" and change in r.changes and r.combined]
     return ("discard" in alone and "keep" not in alone and bool(kept_with_others)
-            and all(source in TOGETHER for source in kept_with_others))
+            and all(r.source in INTERACTION_SOURCES and set(r.changes) <= measured_alone for r in kept_with_others))
 
 
 class Memory:

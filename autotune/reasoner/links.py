@@ -122,7 +122,7 @@ def _passing(hypotheses: list[Hypothesis], skipped: list[tuple[str, str]],
 # re-tried after every kept micro-batch or kernel change and lost each time.
 FAR_LOSS = 0.3
 # Intervals below this confidence come from a trial's first or second run (a screen, 90%), not from
-# its pairs (99.8% and up). On cpu-byo-plain-yaml micro-batch 8 screened out at x0.89 [0.78, 1.02] with
+# its pairs (99% and up). On cpu-byo-plain-yaml micro-batch 8 screened out at x0.89 [0.78, 1.02] with
 # max_length padding, then gained x1.13 once padding was `longest`: a screen after which a linked knob
 # changed is re-tried. Leaving it to the model stopped 8 of 20 warm tunes at 88% of the best.
 PAIRS_CONFIDENCE = 0.95
@@ -141,8 +141,9 @@ def tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[Recor
     after the changes not yet measured here, only where its expected gain clears the noise floor.
     A smaller loss beyond the noise is re-tried where a linked knob changed (`refuted` judges it), and
     so is a discard whose interval is wide enough to hold the expected gain (a noisy machine's
-    discards miss real gains), or that a first-run screen decided before a linked knob changed. None
-    when none of this holds. `tried`: `incumbents(records)`, where the caller has it."""
+    discards miss real gains), or that a first- or second-run screen decided before a knob the table
+    links to it (`INTERACTIONS`) changed. None when none of this holds. `tried`: `incumbents(records)`,
+    where the caller has it."""
     for tried_on, record in tried if tried is not None else incumbents(records):
         if record.change != hypothesis.change or record.decision != "discard" or record.outcome != "complete":
             continue

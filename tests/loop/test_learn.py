@@ -18,7 +18,7 @@ from autotune.workloads.jobs import job_from_dict, job_from_words
 from autotune.kb import Store, kb_folder
 from autotune.kb.beliefs import Beliefs
 from autotune.kb.experience import Experience
-from autotune.loop.learn import trials_to_best
+from autotune.loop.learn import kept_only_together, trials_to_best
 from autotune.output.records import RunFolder
 from autotune.loop.tuner import Tuner
 
@@ -170,3 +170,25 @@ def test_a_warm_start_leaves_out_a_change_the_past_run_kept_only_together_with_a
         warm["change"].split("+"))
     assert "optim" not in warm["change"]
     assert "left out optim=adamw_torch_fused: that run kept it only together" in warm["hypothesis"]["rationale"]
+
+
+def test_a_knob_is_left_out_only_where_every_part_of_its_pair_ran_alone_and_it_lost_alone():
+    def row(change: str, decision: str, source: str = "rank", state: str = "complete") -> dict:
+        return {"trial": 1, "change": change, "state": state, "decision": decision, "hypothesis": {"source": source}}
+
+    fused, pair = "optim=adamw_torch_fused", "optim=adamw_torch_fused+attn_implementation=sdpa"
+    lost_alone = [row(fused, "discard"), row("attn_implementation=sdpa", "discard")]
+    assert kept_only_together([*lost_alone, row(pair, "keep", "model")], "optim", "adamw_torch_fused")
+    assert kept_only_together([*lost_alone, row(pair, "keep", "pooled")], "optim", "adamw_torch_fused")
+    # Kept with a change the model paired it with but that never ran alone (it did not fit): it comes over.
+    oom = [row("per_device_train_batch_size=16", "discard", state="oom"), row("gradient_checkpointing=True", "discard"),
+           row("gradient_checkpointing=True+per_device_train_batch_size=16", "keep", "model")]
+    assert not kept_only_together(oom, "gradient_checkpointing", True)
+    # Kept as what made another change fit (the ranking's enabling pair), or never measured alone complete.
+    assert not kept_only_together([*lost_alone, row(pair, "keep", "rank")], "optim", "adamw_torch_fused")
+    crashed = [row(fused, "discard", state="crash"), row("attn_implementation=sdpa", "discard"),
+               row(pair, "keep", "model")]
+    assert not kept_only_together(crashed, "optim", "adamw_torch_fused")
+    # Kept alone somewhere in that run: it gained on its own.
+    assert not kept_only_together([*lost_alone, row(fused, "keep"), row(pair, "keep", "model")], "optim",
+                                  "adamw_torch_fused")
