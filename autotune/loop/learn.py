@@ -73,19 +73,31 @@ INTERACTION_SOURCES = (Source.POOLED, Source.MODEL)
 
 
 def kept_only_together(trials: Sequence[RecordLike], knob: str, value: Any) -> bool:
-    """Whether a past run (its trial records) measured `knob=value` alone, complete, and discarded it, and
-    kept it only inside combinations its model of all trials or its pooling proposed whose other parts it
-    had also measured alone: its gain there hung on the other knobs of that job (cpu-long-tail's fused
+    """Whether a past run (its trial records) kept `knob=value` only together with another change
+    (`interaction_only`)."""
+    return (knob, str(value)) in interaction_only(trials)
+
+
+def interaction_only(trials: Sequence[RecordLike]) -> set[tuple[str, str]]:
+    """The single changes a past run (its trial records) measured alone, complete, and discarded, and kept
+    only inside combinations its model of all trials or its pooling proposed whose other parts it had
+    also measured alone: their gain there hung on the other knobs of that job (cpu-long-tail's fused
     AdamW and sdpa, x0.95 and x0.83 alone, x1.15 together), so another job need not share it.
-    A knob kept with a change that never ran alone (checkpointing with a micro-batch that did not fit,
-    or one never tried) is not left out: without it the rest may not fit."""
-    change = (knob, str(value))
+    A change kept with one that never ran alone (checkpointing with a micro-batch that did not fit, or
+    one never tried) is not among them: without it the rest may not fit. Values as records write them."""
     records = [r for r in typed(trials) if r.outcome == "complete"]
-    alone = [r.decision for r in records if r.changes == (change,)]
-    measured_alone = {r.changes[0] for r in records if len(r.changes) == 1}
-    kept_with_others = [r for r in records if r.decision == "keep" and change in r.changes and r.combined]
-    return ("discard" in alone and "keep" not in alone and bool(kept_with_others)
-            and all(r.source in INTERACTION_SOURCES and set(r.changes) <= measured_alone for r in kept_with_others))
+    alone: dict[tuple[str, str], set[str]] = {}
+    for r in records:
+        if len(r.changes) == 1:
+            alone.setdefault(r.changes[0], set()).add(r.decision)
+    kept_with_others = [r for r in records if r.decision == "keep" and r.combined]
+    found: set[tuple[str, str]] = set()
+    for change, decisions in alone.items():
+        keeps = [r for r in kept_with_others if change in r.changes]
+        if "discard" in decisions and "keep" not in decisions and keeps and all(
+                r.source in INTERACTION_SOURCES and set(r.changes) <= alone.keys() for r in keeps):
+            found.add(change)
+    return found
 
 
 class Memory:
@@ -134,9 +146,10 @@ class Memory:
         device, batch = device_of(self.frame), self.job.effective_batch
         fitting = [(k, v) for k, (_, v) in incumbent.diff(best).items()
                    if not (CATALOG[k].climb == "divisors" and batch % v)]
-        trials = self.experience.trials(past["run_id"])
-        pending = [(k, v) for k, v in fitting if not kept_only_together(trials, k, v)]
-        left_out = change_text(tuple((k, v) for k, v in fitting if (k, v) not in pending))
+        # One read of the past run's trials, and only where its best differs from this incumbent.
+        skip = interaction_only(self.experience.trials(past["run_id"])) if fitting else set()
+        pending = [(k, v) for k, v in fitting if (k, str(v)) not in skip]
+        left_out = change_text(tuple((k, v) for k, v in fitting if (k, str(v)) in skip))
         # Flash attention needs bf16 first; group_by_length needs padding=longest in the config it lands in.
         changes = together(incumbent, pending, device, batch)
         current = incumbent

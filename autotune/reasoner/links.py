@@ -157,8 +157,7 @@ def tried_here(hypothesis: Hypothesis, incumbent: Knobs, records: Sequence[Recor
                     "knob has been seen to turn around: left to the model of all trials")
         # A first- or second-run look's interval speaks for the incumbent it was measured on only.
         screened = (record.decided.confidence or 1.0) < PAIRS_CONFIDENCE
-        moved = any(getattr(tried_on, other) != getattr(incumbent, other)
-                    for knob, _ in hypothesis.changes for other in linked(knob))
+        moved = bool(set(incumbent.diff(tried_on)) & {k for knob, _ in hypothesis.changes for k in linked(knob)})
         if not record.lost and high < hypothesis.expected_ratio and not (screened and moved):
             return (f"measured x{record.ratio:.3f} [{low:.3f}, {high:.3f}] in trial {record.trial}, short of the "
                     f"x{hypothesis.expected_ratio:.2f} the beliefs expect: left to the model of all trials")
