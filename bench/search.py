@@ -15,6 +15,10 @@ same recorded configs, only the run-to-run factor's spread changes.
 A second table puts autotune beside the best peer of each cell (the fewest device runs to 95%): its
 runs and seconds, and autotune's as a ratio of them (below 1: autotune spent less of the device).
 
+"autotune, best path" is no peer: the same cold loop with the table's best path put first
+(bench/best_path.py). Its device runs are what autotune's keep rule needs to confirm the right changes
+at that noise; cold's runs beyond them are what its search order spends finding them.
+
 autotune warm runs with a knowledge base that holds one autotune run on each other table and never
 one on the table it is scored on (leave one out). Those runs draw noise too, so what a knowledge base
 holds is luck as much as the tables: `--kbs` of them are learned (noise seeds 0, 1, ...), and warm seed
@@ -36,6 +40,7 @@ from typing import Callable
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from .best_path import best_path, path_search
 from .replay import Table
 from .strategies import PEERS, Trace, autotune_search, learn_from
 
@@ -43,6 +48,7 @@ TABLES = Path(__file__).parent / "tables"
 SHARE_OF_BEST = 0.95
 CHECKPOINTS = (8,)
 NOISE_LEVELS: tuple[float | None, ...] = (None, 0.02, 0.005)  # None: the table's recorded A/A spread
+PATH = "autotune, best path"  # the keep rule along the table's best path (bench.best_path): not a peer
 KBS = 5  # knowledge bases the warm start is scored over (each learned on the other tables with another noise seed)
 
 
@@ -104,6 +110,7 @@ def _evaluate(tables: list[Table], seeds: int, trials: int, console: Console, on
         strategies: dict[str, Callable[[int], Trace]] = {
             name: (lambda seed, run=run, table=table: run(table, seed, trials)) for name, run in PEERS.items()}
         strategies["autotune cold"] = lambda seed, table=table: autotune_search(table, seed, trials)
+        strategies[PATH] = lambda seed, table=table: path_search(table, seed, trials)
         others = [t for t in tables if t is not table]
         holder = None
         if others:
@@ -128,7 +135,7 @@ def _evaluate(tables: list[Table], seeds: int, trials: int, console: Console, on
                 "stops": collections.Counter(t.stop_reason.split(":")[0] for t in traces if t.stop_reason),
                 "best_ratio": table.best_speed / table.baseline_speed, "seconds": time.monotonic() - started,
                 "noise_floor": _median([t.noise_floor for t in traces]) if traces[0].noise_floor is not None else None,
-                "noise_cv": table.noise_cv,
+                "noise_cv": table.noise_cv, "path_steps": len(best_path(table)),
             })
             console.log(f"{table.name} at {noise} noise: {name} done in {rows[-1]['seconds']:.1f}s")
         if holder is not None:
@@ -171,7 +178,7 @@ def against_best_peer(rows: list[dict[str, object]]) -> RichTable:
     """Per cell: the best peer's device runs and seconds to 95%, and autotune's beside them."""
     out = RichTable(title="Device runs and seconds to 95% of the best: autotune beside the best peer of each cell")
     for column in ("table", "noise", "best peer", "runs", "s", "cold runs", "cold s", "cold/peer runs",
-                   "cold/peer s", "warm runs", "warm s", "warm/peer runs"):
+                   "cold/peer s", "warm runs", "warm s", "warm/peer runs", "best-path runs"):
         out.add_column(column, justify="left" if column in ("table", "noise", "best peer") else "right")
     for table, noise in dict.fromkeys((r["table"], r["noise"]) for r in rows):
         by = {r["strategy"]: r for r in rows if r["table"] == table and r["noise"] == noise}
@@ -182,7 +189,8 @@ def against_best_peer(rows: list[dict[str, object]]) -> RichTable:
                     _count(cold["runs_to_95"], 999), _seconds(cold["seconds_to_95"]),
                     _ratio(cold["runs_to_95"], peer["runs_to_95"]), _ratio(cold["seconds_to_95"], peer["seconds_to_95"]),
                     *((_count(warm["runs_to_95"], 999), _seconds(warm["seconds_to_95"]),
-                       _ratio(warm["runs_to_95"], peer["runs_to_95"])) if warm else ("-", "-", "-")))
+                       _ratio(warm["runs_to_95"], peer["runs_to_95"])) if warm else ("-", "-", "-")),
+                    _count(by[PATH]["runs_to_95"], 999) if PATH in by else "-")
     return out
 
 
@@ -201,6 +209,11 @@ def verdicts(by: dict[str, dict[str, object]], trials: int) -> list[str]:
     if warm:
         lines.append(f"warm {_count(warm['runs_to_95'], 999)} device runs: "
                      + ("met" if warm["runs_to_95"] < cold["runs_to_95"] else "missed") + " (target: fewer than cold)")
+    path = by.get(PATH)
+    if path:
+        lines.append(f"autotune's keep rule along the table's best path ({path['path_steps']} steps): "
+                     f"{_count(path['runs_to_95'], 999)} device runs to 95%, the evidence's share; cold's runs "
+                     "beyond it are the search order's")
     for name, row in (("cold", cold), ("warm", warm)):
         if row and row["outside"]:
             lines.append(f"autotune {name} asked {row['outside']} times for a config outside the grid (no rule "

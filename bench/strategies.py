@@ -136,15 +136,17 @@ def deepspeed_like(table: Table, seed: int, trials: int) -> Trace:
     return greedy.trace
 
 
-def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None) -> Trace:
+def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None,
+                    loop: Callable[[Job, ReplayExecutor, Path], Tuner] = Tuner) -> Trace:
     """autotune's own loop, unchanged, on the table: cold with an empty knowledge base (the shipped
-    priors only), warm with a copy of `kb`. It may try only the grid's knobs (`knobs=`)."""
+    priors only), warm with a copy of `kb`. It may try only the grid's knobs (`knobs=`). `loop` makes
+    the tuner (bench.best_path's puts the table's best path first)."""
     with tempfile.TemporaryDirectory() as tmp, _place(table, Path(tmp)):
         folder = Path(tmp) / "kb"
         if kb is not None:
             shutil.copytree(kb, folder)
         executor = ReplayExecutor(table, seed, strict=False)
-        tuner = Tuner(_job(table, trials, folder), executor, Path(tmp) / "runs")
+        tuner = loop(_job(table, trials, folder), executor, Path(tmp) / "runs")
         outcome = tuner.run()
     trace = Trace(noise_floor=outcome.noise_floor, outside=len(executor.outside), stop_reason=outcome.stop_reason)
     pick = table.start

@@ -132,15 +132,17 @@ def test_the_warm_knowledge_base_holds_the_other_tables_runs_only(table, tmp_pat
 def test_autotune_is_put_beside_the_peer_that_needed_the_fewest_device_runs(table):
     rows = [{"table": "t", "noise": "0.5%", "strategy": name, "runs_to_95": runs, "seconds_to_95": secs}
             for name, runs, secs in (("optuna TPE", 16, 120.0), ("DeepSpeed-like", 9, 60.0), ("random", math.inf, math.inf),
-                                     ("autotune cold", 8, 50.0), ("autotune warm", 6, 40.0))]
+                                     ("autotune cold", 8, 50.0), ("autotune warm", 6, 40.0),
+                                     ("autotune, best path", 5, 30.0))]
     by = {r["strategy"]: r for r in rows}
-    assert best_peer(by)["strategy"] == "DeepSpeed-like"
+    assert best_peer(by)["strategy"] == "DeepSpeed-like"  # the best path is a reference, never the peer
     from rich.console import Console
 
     console = Console(width=200, record=True)
     console.print(against_best_peer(rows))
     line = next(line for line in console.export_text().splitlines() if "DeepSpeed-like" in line)
     assert "x0.89" in line and "x0.67" in line  # cold 8 of 9 runs, warm 6 of 9
+    assert line.split("│")[-2].strip() == "5"  # the keep rule's runs along the best path, last
     best = max(table.configs, key=lambda k: table.speed(k) or 0)
     trace = Trace(picks=[table.start, best], runs=[4, 6], seconds=[30.0, 41.0])
     assert seconds_to_best(table, trace) == 41.0

@@ -1,0 +1,99 @@
+"""autotune's keep rule along a table's best path: what its evidence costs when the order is perfect.
+
+`bench.search` scores whole tunes: their device runs to 95% of the best mix two costs, the trials the
+search order spends before it finds the right changes and the runs the keep rule needs to confirm
+each of them. This strategy removes the first. It knows the table: before each trial it puts the next
+step of the table's best path first, and the loop measures and decides it as it would any change
+(the same baseline, keep rule, noise and records). What it spends to 95% is the keep rule's share of a
+tune; what cold spends beyond it is the search order's.
+
+The best path: the fewest trials, each of one change or two made together (autotune tries pairs too),
+each faster than the config before it on the recorded speeds, from the user's config to one within 5% of
+the table's best; among as short ones, the one whose smallest step is largest (the cheapest to confirm).
+Where noise discards a step, the tune goes on with the loop's own ranking from there, as any tune would.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pathlib import Path
+
+from autotune.config.job import Job
+from autotune.config.knobs import Knobs
+from autotune.loop.outcome import Asked
+from autotune.loop.tuner import Tuner
+from autotune.reasoner import Hypothesis, key
+
+from .replay import ReplayExecutor, Table
+from .strategies import Trace, autotune_search
+
+SHARE_OF_BEST = 0.95
+MOST_CHANGES = 2  # a step changes at most this many knobs: one trial of a single change or of a pair
+
+
+def best_path(table: Table) -> list[Knobs]:
+    """The configs after each step of the table's best path (empty where the user's config is within 5%)."""
+    speeds = {key(c): (c, s) for c in table.configs if (s := table.speed(c))}
+    target = SHARE_OF_BEST * table.best_speed
+    start = table.start
+    # Breadth first: each layer holds, per config, the path there whose smallest step gain is largest.
+    layer: dict[Any, tuple[list[Knobs], float]] = {key(start): ([], float("inf"))}
+    seen = set(layer)
+    while layer:
+        done = [(path, least) for k, (path, least) in layer.items() if (speeds.get(k) or (None, 0.0))[1] >= target]
+        if done:
+            return max(done, key=lambda found: found[1])[0]
+        following: dict[Any, tuple[list[Knobs], float]] = {}
+        for k, (path, least) in layer.items():
+            here = path[-1] if path else start
+            speed = table.speed(here) or 0.0
+            for step, (config, faster) in speeds.items():
+                if step in seen or faster <= speed or not 1 <= len(here.diff(config)) <= MOST_CHANGES:
+                    continue
+                gain = min(least, faster / speed)
+                if step not in following or following[step][1] < gain:
+                    following[step] = (path + [config], gain)
+        seen |= set(following)
+        layer = following
+    return []
+
+
+def step_hypothesis(table: Table, here: Knobs, there: Knobs) -> Hypothesis:
+    """One step of the path as the loop's hypothesis: its recorded ratio as the expected one."""
+    (knob, (_, value)), *rest = here.diff(there).items()
+    ratio = (table.speed(there) or 0.0) / (table.speed(here) or 1.0)
+    return Hypothesis(knob, value, "the next step of the table's best path (bench.best_path)", p_helps=1.0,
+                      expected_ratio=ratio, also=tuple((k, v) for k, (_, v) in rest))
+
+
+class PathTuner(Tuner):
+    """The loop, with the next step of `path` put first where the incumbent is on it; stops once the
+    incumbent is within 5% of the table's best (what is scored has been reached)."""
+
+    def __init__(self, table: Table, path: list[Knobs], job: Job, executor: ReplayExecutor, root: Path) -> None:
+        super().__init__(job, executor, root)
+        self.table, self.path = table, path
+
+    def ask(self) -> Asked:
+        asked = super().ask()
+        if asked.stop:
+            return asked
+        here = self.state.incumbent.knobs
+        if (self.table.speed(here) or 0.0) >= SHARE_OF_BEST * self.table.best_speed:
+            return Asked([], asked.skipped, "the table's best path is done: the pick is within 5% of the best")
+        on_path = [key(self.table.start)] + [key(c) for c in self.path]
+        if key(here) not in on_path[:-1]:
+            return asked
+        there = self.path[on_path.index(key(here))]
+        if key(there) in self.state.measured:
+            return asked  # noise discarded this step: the loop's own order from here
+        step = step_hypothesis(self.table, here, there)
+        return Asked([step] + [h for h in asked.hypotheses if h.change != step.change], asked.skipped, asked.spent)
+
+
+def path_search(table: Table, seed: int, trials: int) -> Trace:
+    """A cold tune (the shipped priors only) with the table's best path put first."""
+    path = best_path(table)
+    return autotune_search(table, seed, trials,
+                           loop=lambda job, executor, root: PathTuner(table, path, job, executor, root))
