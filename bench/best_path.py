@@ -10,7 +10,12 @@ tune; what cold spends beyond it is the search order's.
 The best path: the fewest trials, each of one change or two made together (autotune tries pairs too),
 each faster than the config before it on the recorded speeds, from the user's config to one within 5% of
 the table's best; among as short ones, the one whose smallest step is largest (the cheapest to confirm).
-Where noise discards a step, the tune goes on with the loop's own ranking from there, as any tune would.
+A step moves the micro-batch up at most MAX_JUMP times, as the ranking's largest jump does, and passes
+the loop's own checks (`only=`, the frame's limits): the path holds moves autotune makes itself. Where
+noise discards a step, the tune goes on with the loop's own ranking from there, as any tune would.
+
+The split is approximate: the keep rule pools the run-to-run spread over every trial so far, and the
+path's steps come first, with the least pooled; a tune's later trials decide on more.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from autotune.config.knobs import Knobs
 from autotune.loop.outcome import Asked
 from autotune.loop.tuner import Tuner
 from autotune.reasoner import Hypothesis, key
+from autotune.reasoner.rank import MAX_JUMP
 
 from .replay import ReplayExecutor, Table
 from .strategies import Trace, autotune_search
@@ -37,6 +43,8 @@ def best_path(table: Table) -> list[Knobs]:
     speeds = {key(c): (c, s) for c in table.configs if (s := table.speed(c))}
     target = SHARE_OF_BEST * table.best_speed
     start = table.start
+    if key(start) not in speeds:
+        return []  # the user's config did not run: no step can be faster than it
     # Breadth first: each layer holds, per config, the path there whose smallest step gain is largest.
     layer: dict[Any, tuple[list[Knobs], float]] = {key(start): ([], float("inf"))}
     seen = set(layer)
@@ -49,7 +57,7 @@ def best_path(table: Table) -> list[Knobs]:
             here = path[-1] if path else start
             speed = table.speed(here) or 0.0
             for step, (config, faster) in speeds.items():
-                if step in seen or faster <= speed or not 1 <= len(here.diff(config)) <= MOST_CHANGES:
+                if step in seen or faster <= speed or not takes(here, config):
                     continue
                 gain = min(least, faster / speed)
                 if step not in following or following[step][1] < gain:
@@ -57,6 +65,14 @@ def best_path(table: Table) -> list[Knobs]:
         seen |= set(following)
         layer = following
     return []
+
+
+def takes(here: Knobs, there: Knobs) -> bool:
+    """Whether one trial of autotune's goes from `here` to `there`: one or two changes, the micro-batch
+    up at most MAX_JUMP times (rank._largest_fitting's cap)."""
+    changed = here.diff(there)
+    micro = changed.get("per_device_train_batch_size")
+    return 1 <= len(changed) <= MOST_CHANGES and (micro is None or micro[1] <= MAX_JUMP * micro[0])
 
 
 def step_hypothesis(table: Table, here: Knobs, there: Knobs) -> Hypothesis:
@@ -81,15 +97,18 @@ class PathTuner(Tuner):
             return asked
         here = self.state.incumbent.knobs
         if (self.table.speed(here) or 0.0) >= SHARE_OF_BEST * self.table.best_speed:
-            return Asked([], asked.skipped, "the table's best path is done: the pick is within 5% of the best")
+            return Asked([], asked.skipped, stop="the table's best path is done: the pick is within 5% of the best")
         on_path = [key(self.table.start)] + [key(c) for c in self.path]
         if key(here) not in on_path[:-1]:
             return asked
         there = self.path[on_path.index(key(here))]
         if key(there) in self.state.measured:
             return asked  # noise discarded this step: the loop's own order from here
-        step = step_hypothesis(self.table, here, there)
-        return Asked([step] + [h for h in asked.hypotheses if h.change != step.change], asked.skipped, asked.spent)
+        allowed = self._allowed([step_hypothesis(self.table, here, there)], [])[0]
+        if not allowed:
+            return asked  # a step the user or the frame rules out is no move of autotune's
+        rest = [h for h in asked.hypotheses if key(h.apply(here)) != key(there)]
+        return Asked(allowed + rest, asked.skipped, asked.spent)
 
 
 def path_search(table: Table, seed: int, trials: int) -> Trace:
