@@ -32,7 +32,7 @@ from autotune.reasoner import Hypothesis, key
 from autotune.reasoner.rank import MAX_JUMP
 
 from .replay import ReplayExecutor, Table
-from .strategies import Trace, autotune_search
+from .strategies import Loop, Trace, autotune_search
 
 SHARE_OF_BEST = 0.95
 MOST_CHANGES = 2  # a step changes at most this many knobs: one trial of a single change or of a pair
@@ -111,8 +111,13 @@ class PathTuner(Tuner):
         return Asked(allowed + rest, asked.skipped, asked.spent)
 
 
-def path_search(table: Table, seed: int, trials: int) -> Trace:
-    """A cold tune (the shipped priors only) with the table's best path put first."""
-    path = best_path(table)
-    return autotune_search(table, seed, trials,
-                           loop=lambda job, executor, root: PathTuner(table, path, job, executor, root))
+def path_loop(table: Table, path: list[Knobs] | None = None) -> Loop:
+    """Makes a PathTuner on `table`'s best path (`path`, where the caller found it already)."""
+    steps = best_path(table) if path is None else path
+    return lambda job, executor, root: PathTuner(table, steps, job, executor, root)
+
+
+def path_search(table: Table, seed: int, trials: int, path: list[Knobs] | None = None) -> Trace:
+    """A cold tune (the shipped priors only) with the table's best path (`path`, found once a table by
+    the caller where it has it) put first."""
+    return autotune_search(table, seed, trials, loop=path_loop(table, path))

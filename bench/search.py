@@ -110,7 +110,8 @@ def _evaluate(tables: list[Table], seeds: int, trials: int, console: Console, on
         strategies: dict[str, Callable[[int], Trace]] = {
             name: (lambda seed, run=run, table=table: run(table, seed, trials)) for name, run in PEERS.items()}
         strategies["autotune cold"] = lambda seed, table=table: autotune_search(table, seed, trials)
-        strategies[PATH] = lambda seed, table=table: path_search(table, seed, trials)
+        path = best_path(table)  # once a table: every seed replays along the same path
+        strategies[PATH] = lambda seed, table=table, path=path: path_search(table, seed, trials, path)
         others = [t for t in tables if t is not table]
         holder = None
         if others:
@@ -135,7 +136,7 @@ def _evaluate(tables: list[Table], seeds: int, trials: int, console: Console, on
                 "stops": collections.Counter(t.stop_reason.split(":")[0] for t in traces if t.stop_reason),
                 "best_ratio": table.best_speed / table.baseline_speed, "seconds": time.monotonic() - started,
                 "noise_floor": _median([t.noise_floor for t in traces]) if traces[0].noise_floor is not None else None,
-                "noise_cv": table.noise_cv, "path_steps": len(best_path(table)),
+                "noise_cv": table.noise_cv, **({"path_steps": len(path)} if name == PATH else {}),
             })
             console.log(f"{table.name} at {noise} noise: {name} done in {rows[-1]['seconds']:.1f}s")
         if holder is not None:

@@ -20,6 +20,7 @@ from typing import Callable, ContextManager
 from autotune.config.job import Job
 from autotune.config.knobs import Knobs
 from autotune.reasoner import key
+from autotune.loop.outcome import Outcome
 from autotune.loop.tuner import Tuner
 
 from . import byo_setup
@@ -136,18 +137,26 @@ def deepspeed_like(table: Table, seed: int, trials: int) -> Trace:
     return greedy.trace
 
 
-def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None,
-                    loop: Callable[[Job, ReplayExecutor, Path], Tuner] = Tuner) -> Trace:
-    """autotune's own loop, unchanged, on the table: cold with an empty knowledge base (the shipped
-    priors only), warm with a copy of `kb`. It may try only the grid's knobs (`knobs=`). `loop` makes
-    the tuner (bench.best_path's puts the table's best path first)."""
+Loop = Callable[[Job, ReplayExecutor, Path], Tuner]
+
+
+def replay_tune(table: Table, seed: int, trials: int, kb: Path | None = None,
+                loop: Loop = Tuner) -> tuple[Outcome, ReplayExecutor]:
+    """One tune of autotune's own loop on the table, and the replay that answered its runs (which counts
+    them per trial): cold with an empty knowledge base (the shipped priors only), warm with a copy of
+    `kb`. It may try only the grid's knobs (`knobs=`). `loop` makes the tuner (bench.best_path's puts
+    the table's best path first)."""
     with tempfile.TemporaryDirectory() as tmp, _place(table, Path(tmp)):
         folder = Path(tmp) / "kb"
         if kb is not None:
             shutil.copytree(kb, folder)
         executor = ReplayExecutor(table, seed, strict=False)
-        tuner = loop(_job(table, trials, folder), executor, Path(tmp) / "runs")
-        outcome = tuner.run()
+        return loop(_job(table, trials, folder), executor, Path(tmp) / "runs").run(), executor
+
+
+def autotune_search(table: Table, seed: int, trials: int, kb: Path | None = None, loop: Loop = Tuner) -> Trace:
+    """`replay_tune`'s tune as a strategy's trace: its pick, device runs and seconds after each trial."""
+    outcome, executor = replay_tune(table, seed, trials, kb, loop)
     trace = Trace(noise_floor=outcome.noise_floor, outside=len(executor.outside), stop_reason=outcome.stop_reason)
     pick = table.start
     used, spent = executor.runs_by_trial.get(0, 0), executor.seconds_by_trial.get(0, 0.0)

@@ -18,24 +18,20 @@ from pathlib import Path
 from autotune.config.knobs import Knobs
 from autotune.loop.tuner import Tuner
 
-from .best_path import PathTuner, best_path
-from .replay import ReplayExecutor, Table
+from .best_path import path_loop
+from .replay import Table
 from .search import KBS, TABLES, _noise
-from .strategies import _job, _place, learn_from
+from .strategies import learn_from, replay_tune
 
 
 def trace(table: Table, seed: int, trials: int, warm: bool = False, path: bool = False,
           tables: list[Table] | None = None) -> list[str]:
     """The lines of one tune's trace (see the module's docstring)."""
     with tempfile.TemporaryDirectory() as tmp:
-        kb = Path(tmp) / "kb"
-        if warm:
+        kb = Path(tmp) / "kb" if warm else None
+        if kb is not None:
             learn_from([t for t in tables or [] if t.name != table.name], trials, kb, seed=seed % KBS)
-        executor = ReplayExecutor(table, seed, strict=False)
-        with _place(table, Path(tmp)):
-            job, root = _job(table, trials, kb), Path(tmp) / "runs"
-            tuner = PathTuner(table, best_path(table), job, executor, root) if path else Tuner(job, executor, root)
-            outcome = tuner.run()
+        outcome, executor = replay_tune(table, seed, trials, kb, path_loop(table) if path else Tuner)
     best, total, lines = table.best_speed, 0, []
     for record in outcome.records:
         runs = executor.runs_by_trial.get(record.trial, 0)
