@@ -13,7 +13,10 @@ the recorder measured (a 2-core CPU: about 12%), 2% (a quiet CPU; a lent H200 sh
 same recorded configs, only the run-to-run factor's spread changes.
 
 A second table puts autotune beside the best peer of each cell (the fewest device runs to 95%): its
-runs and seconds, and autotune's as a ratio of them (below 1: autotune spent less of the device).
+runs and seconds, and autotune's as a ratio of them (below 1: autotune spent less of the device). The
+best peer is chosen per cell after the fact; a user picks one tool before knowing the table, so a third
+table puts autotune beside each peer over all cells: on how many it needed no more device runs, and on
+how many either side never came within 5%.
 
 "autotune, best path" is no peer: the same cold loop with the table's best path put first
 (bench/best_path.py). Its device runs are what autotune's keep rule needs to confirm the right changes
@@ -157,6 +160,7 @@ def print_table(rows: list[dict[str, object]], trials: int, seeds: int, console:
                     f"{row['final_share']:.1%}", f"{row['trials_used']:g}", f"x{row['best_ratio']:.2f}")
     console.print(out)
     console.print(against_best_peer(rows))
+    console.print(against_each_peer(rows))
     for table, noise in dict.fromkeys((r["table"], r["noise"]) for r in rows):
         by = {r["strategy"]: r for r in rows if r["table"] == table and r["noise"] == noise}
         for line in verdicts(by, trials):
@@ -192,6 +196,33 @@ def against_best_peer(rows: list[dict[str, object]]) -> RichTable:
                     *((_count(warm["runs_to_95"], 999), _seconds(warm["seconds_to_95"]),
                        _ratio(warm["runs_to_95"], peer["runs_to_95"])) if warm else ("-", "-", "-")),
                     _count(by[PATH]["runs_to_95"], 999) if PATH in by else "-")
+    return out
+
+
+def against_each_peer(rows: list[dict[str, object]]) -> RichTable:
+    """Per peer, over every cell (table and noise) it shares with autotune: the cells where cold, and
+    warm, reached 95% of the best in no more device runs than it, and where each never did."""
+    cells: dict[tuple[object, object], dict[str, dict[str, object]]] = {}
+    for row in rows:
+        cells.setdefault((row["table"], row["noise"]), {})[str(row["strategy"])] = row
+    cells = {cell: by for cell, by in cells.items() if "autotune cold" in by}
+    peers = list(dict.fromkeys(name for by in cells.values() for name in by if not name.startswith("autotune")))
+    out = RichTable(title="Device runs to 95% of the best: autotune beside each peer, over every cell")
+    for column in ("peer", "cells", "cold: no more runs", "warm: no more runs", "peer never within 5%",
+                   "cold never within 5%"):
+        out.add_column(column, justify="left" if column == "peer" else "right")
+    for peer in peers:
+        shared = [by for by in cells.values() if peer in by]
+
+        def no_more(name: str) -> str:
+            mine = [by for by in shared if name in by]
+            held = sum(by[name]["runs_to_95"] <= by[peer]["runs_to_95"] and by[name]["runs_to_95"] != math.inf
+                       for by in mine)
+            return f"{held} of {len(mine)}" if mine else "-"
+
+        out.add_row(peer, str(len(shared)), no_more("autotune cold"), no_more("autotune warm"),
+                    str(sum(by[peer]["runs_to_95"] == math.inf for by in shared)),
+                    str(sum(by["autotune cold"]["runs_to_95"] == math.inf for by in shared)))
     return out
 
 
