@@ -39,9 +39,11 @@ from autotune.config.knobs import Knobs
 from autotune.loop.tuner import StepBudget, Tuner
 
 from . import byo_setup
+from .replay import TABLES
 from .workloads import CPU_WORKLOADS, GPU_WORKLOADS, WORKLOADS, Workload, configs
 
-TABLES = Path(__file__).parent / "tables"
+# Measured optimizer steps per trial of a table (--steps): a CPU trial in a few seconds.
+STEPS = 4
 # What a replayed trial needs of a measurement; the rest (model and data facts) is in the frame.
 KEPT_FIELDS = ("samples_per_s", "tokens_per_s", "step_times_s", "peak_memory", "parity_losses", "ceiling",
                "breakdown", "mfu", "hfu", "device", "rows_per_step")
@@ -89,7 +91,7 @@ def _progress(name: str) -> Progress:
                     TextColumn("{task.description}"))
 
 
-def record(workload: Workload, out: Path, budget_s: float | None = None, steps: int = 4) -> Path:
+def record(workload: Workload, out: Path, budget_s: float | None = None, steps: int = STEPS) -> Path:
     """Measure every config of the workload's grid once; returns the table's path."""
     started = time.monotonic()
     with session(workload, steps) as (tuner, root):
@@ -134,7 +136,7 @@ def record(workload: Workload, out: Path, budget_s: float | None = None, steps: 
     return path
 
 
-def refine(workload: Workload, path: Path, top: int, repeats: int, steps: int = 4) -> Path:
+def refine(workload: Workload, path: Path, top: int, repeats: int, steps: int = STEPS) -> Path:
     """Measure the table's `top` fastest configs `repeats` more times and keep each one's median run.
 
     One run per config leaves the top of a table to the machine's run-to-run noise, and the top is
@@ -171,7 +173,7 @@ def refine(workload: Workload, path: Path, top: int, repeats: int, steps: int = 
     return path
 
 
-def aa(workload: Workload, path: Path, runs: int, steps: int = 4) -> Path:
+def aa(workload: Workload, path: Path, runs: int, steps: int = STEPS) -> Path:
     """The user's config measured `runs` times back to back: the short-term run-to-run noise that an
     interleaved comparison sees (slow drift between runs far apart cancels in one, so a replay, which
     has no drift, must not draw it as noise)."""
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true", help="record the GPU workloads")
     parser.add_argument("--out", type=Path, default=TABLES)
     parser.add_argument("--budget-s", type=float, default=None, help="stop each table after this many seconds")
-    parser.add_argument("--steps", type=int, default=4, help="measured optimizer steps per trial")
+    parser.add_argument("--steps", type=int, default=STEPS, help="measured optimizer steps per trial")
     parser.add_argument("--refine", type=int, default=24, metavar="TOP",
                         help="then measure the TOP fastest configs again (default 24; 0: no)")
     parser.add_argument("--repeats", type=int, default=2, help="extra runs of each refined config")

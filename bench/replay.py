@@ -20,6 +20,9 @@ from typing import Any
 from autotune.config.knobs import CATALOG, Knobs
 from autotune.reasoner import key
 
+# The recorded tables every benchmark reads (bench/record.py writes them).
+TABLES = Path(__file__).parent / "tables"
+
 
 class Table:
     def __init__(self, data: dict[str, Any], name: str = "") -> None:

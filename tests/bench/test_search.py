@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bench.replay import ReplayExecutor, Table
-from bench.search import against_best_peer, against_each_peer, best_peer, ratio_at, runs_to_best, seconds_to_best, trials_to_best
+from bench.search import (against_best_peer, against_each_peer, best_peer, ratio_at, runs_to_best, seconds_to_best,
+                          trials_to_best)
 from bench.strategies import PEERS, Trace, autotune_search, learn_from
 from bench.workloads import WORKLOADS, configs
 
@@ -149,19 +150,23 @@ def test_autotune_is_put_beside_the_peer_that_needed_the_fewest_device_runs(tabl
 
 
 def test_autotune_is_put_beside_each_peer_over_every_cell():
-    # Two cells: cold beats TPE on one and loses on the other; DeepSpeed-like never gets within 5% on
-    # the second, where cold does; on the first both cold and the peer never do (not a cold win).
+    # Cell a: cold never gets within 5%, TPE does, DeepSpeed-like never (both never: no cold win).
+    # Cell b: TPE needs fewer runs than cold; DeepSpeed-like never. Cell c: cold ties TPE (a win: no
+    # more runs) and beats DeepSpeed-like, and has no warm row (warm counts over two cells only).
     cells = {("a", "2.0%"): {"optuna TPE": 10, "DeepSpeed-like": math.inf, "autotune cold": math.inf,
                              "autotune warm": 9},
-             ("b", "2.0%"): {"optuna TPE": 6, "DeepSpeed-like": math.inf, "autotune cold": 8, "autotune warm": 5}}
+             ("b", "2.0%"): {"optuna TPE": 6, "DeepSpeed-like": math.inf, "autotune cold": 8, "autotune warm": 5},
+             ("c", "0.5%"): {"optuna TPE": 7, "DeepSpeed-like": 9, "autotune cold": 7}}
     rows = [{"table": table, "noise": noise, "strategy": name, "runs_to_95": runs}
             for (table, noise), by in cells.items() for name, runs in by.items()]
     from rich.console import Console
 
     console = Console(width=200, record=True)
     console.print(against_each_peer(rows))
+    text = console.export_text()
     lines = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
-             for line in console.export_text().splitlines() if line.startswith("│")}
-    assert lines["optuna TPE"] == ["2", "0 of 2", "2 of 2", "0", "1"]
-    assert lines["DeepSpeed-like"] == ["2", "1 of 2", "2 of 2", "2", "1"]
+             for line in text.splitlines() if line.startswith("│")}
+    assert lines["optuna TPE"] == ["3", "1 of 3", "2 of 2", "0"]
+    assert lines["DeepSpeed-like"] == ["3", "2 of 3", "2 of 2", "2"]
     assert "autotune cold" not in lines and "autotune warm" not in lines
+    assert "cold on 1 cells, warm on 0" in text
