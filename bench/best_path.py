@@ -31,10 +31,9 @@ from autotune.loop.tuner import Tuner
 from autotune.reasoner import Hypothesis, key
 from autotune.reasoner.rank import MAX_JUMP
 
-from .replay import ReplayExecutor, Table
+from .replay import SHARE_OF_BEST, ReplayExecutor, Table
 from .strategies import Loop, Trace, autotune_search
 
-SHARE_OF_BEST = 0.95
 MOST_CHANGES = 2  # a step changes at most this many knobs: one trial of a single change or of a pair
 
 

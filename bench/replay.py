@@ -22,6 +22,8 @@ from autotune.reasoner import key
 
 # The recorded tables every benchmark reads (bench/record.py writes them).
 TABLES = Path(__file__).parent / "tables"
+# A pick this share of a table's best speed or more is "within 5% of the best": what is scored.
+SHARE_OF_BEST = 0.95
 
 
 class Table:

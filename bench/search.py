@@ -44,10 +44,9 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from .best_path import best_path, path_search
-from .replay import TABLES, Table
+from .replay import SHARE_OF_BEST, TABLES, Table
 from .strategies import PEERS, Trace, autotune_search, learn_from
 
-SHARE_OF_BEST = 0.95
 CHECKPOINTS = (8,)
 NOISE_LEVELS: tuple[float | None, ...] = (None, 0.02, 0.005)  # None: the table's recorded A/A spread
 PATH = "autotune, best path"  # the keep rule along the table's best path (bench.best_path): not a peer
@@ -160,8 +159,7 @@ def print_table(rows: list[dict[str, object]], trials: int, seeds: int, console:
     console.print(out)
     console.print(against_best_peer(rows))
     console.print(against_each_peer(rows))
-    for table, noise in dict.fromkeys((r["table"], r["noise"]) for r in rows):
-        by = {r["strategy"]: r for r in rows if r["table"] == table and r["noise"] == noise}
+    for (table, noise), by in _cells(rows).items():
         for line in verdicts(by, trials):
             console.print(f"{table} at {noise} noise: {line}", highlight=False)
 
@@ -184,8 +182,7 @@ def against_best_peer(rows: list[dict[str, object]]) -> RichTable:
     for column in ("table", "noise", "best peer", "runs", "s", "cold runs", "cold s", "cold/peer runs",
                    "cold/peer s", "warm runs", "warm s", "warm/peer runs", "best-path runs"):
         out.add_column(column, justify="left" if column in ("table", "noise", "best peer") else "right")
-    for table, noise in dict.fromkeys((r["table"], r["noise"]) for r in rows):
-        by = {r["strategy"]: r for r in rows if r["table"] == table and r["noise"] == noise}
+    for (table, noise), by in _cells(rows).items():
         if "autotune cold" not in by:
             continue
         peer, cold, warm = best_peer(by), by["autotune cold"], by.get("autotune warm")
@@ -202,7 +199,7 @@ def against_each_peer(rows: list[dict[str, object]]) -> RichTable:
     """Per peer, over every cell (table and noise) it shares with autotune: the cells where cold, and
     warm, reached 95% of the best in no more device runs than it (medians over the seeds), and where
     the peer never did (in at least half the seeds); under the table, where cold and warm never did."""
-    cells = [by for by in _cells(rows) if "autotune cold" in by]
+    cells = [by for by in _cells(rows).values() if "autotune cold" in by]
     peers = list(dict.fromkeys(name for by in cells for name in by if not name.startswith("autotune")))
     never = {name: sum(by[name]["runs_to_95"] == math.inf for by in cells if name in by)
              for name in ("autotune cold", "autotune warm")}
@@ -218,12 +215,12 @@ def against_each_peer(rows: list[dict[str, object]]) -> RichTable:
     return out
 
 
-def _cells(rows: list[dict[str, object]]) -> list[dict[str, dict[str, object]]]:
-    """The rows of each (table, noise) cell, by strategy."""
+def _cells(rows: list[dict[str, object]]) -> dict[tuple[object, object], dict[str, dict[str, object]]]:
+    """The rows of each (table, noise) cell, by strategy, cells in the rows' order."""
     cells: dict[tuple[object, object], dict[str, dict[str, object]]] = {}
     for row in rows:
         cells.setdefault((row["table"], row["noise"]), {})[str(row["strategy"])] = row
-    return list(cells.values())
+    return cells
 
 
 def _held(cells: list[dict[str, dict[str, object]]], name: str, peer: str) -> str:

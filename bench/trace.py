@@ -19,8 +19,8 @@ from autotune.config.knobs import Knobs
 from autotune.loop.tuner import Tuner
 
 from .best_path import path_loop
-from .replay import Table
-from .search import KBS, TABLES, _noise
+from .replay import TABLES, Table
+from .search import KBS, _noise
 from .strategies import learn_from, replay_tune
 
 
